@@ -1,0 +1,2 @@
+// Package guard holds leases on named locks in Redis.
+package guard

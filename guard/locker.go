@@ -1,0 +1,618 @@
+package guard
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Locker acquires leases on named locks in one Redis deployment (standalone,
+// Sentinel or Cluster). It renews every lease it holds from one heartbeat
+// and waits for busy keys on one pub/sub subscription. A Locker is safe for
+// concurrent use; share one per process and Close it on shutdown.
+type Locker struct {
+	client  redis.UniversalClient
+	cfg     config
+	log     *slog.Logger
+	obs     Observer
+	scripts scripts
+	cluster bool
+	publish string // PUBLISH, or SPUBLISH on Cluster
+
+	hb     *heartbeat
+	notify *notifier
+
+	closed    chan struct{}
+	closeOnce sync.Once
+	calls     sync.WaitGroup // requests abandoned by their caller's ctx
+
+	mu    sync.Mutex
+	holds map[*hold]struct{}
+}
+
+// New returns a Locker on client, which may be a standalone, Sentinel
+// (failover) or Cluster client. It validates every option and returns an
+// error matching ErrInvalid when one does not fit.
+func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
+	if isNil(client) {
+		return nil, fmt.Errorf("%w: nil client", ErrInvalid)
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	_, cluster := client.(*redis.ClusterClient)
+	if cluster && cfg.replicas > 0 {
+		return nil, fmt.Errorf("%w: WithReplicaAck is not supported with a Cluster client", ErrInvalid)
+	}
+	log := cfg.logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	l := &Locker{
+		client:  client,
+		cfg:     cfg,
+		log:     log,
+		obs:     cfg.observer,
+		scripts: newScripts(),
+		cluster: cluster,
+		publish: "PUBLISH",
+		closed:  make(chan struct{}),
+		holds:   make(map[*hold]struct{}),
+	}
+	if cluster {
+		l.publish = "SPUBLISH"
+	}
+	l.hb = newHeartbeat(l)
+	l.notify = newNotifier(l)
+	return l, nil
+}
+
+func isNil(c redis.UniversalClient) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// Close releases every lease the Locker still holds, canceling their
+// contexts with a cause matching ErrClosed and ErrLeaseLost, stops the
+// heartbeat and the subscription, and waits for its goroutines. It does not
+// close the Redis client. Calls after Close fail with ErrClosed.
+func (l *Locker) Close() error {
+	l.closeOnce.Do(func() {
+		close(l.closed)
+		l.mu.Lock()
+		holds := make([]*hold, 0, len(l.holds))
+		for h := range l.holds {
+			holds = append(holds, h)
+		}
+		l.mu.Unlock()
+		cause := fmt.Errorf("%w: %w", ErrLeaseLost, ErrClosed)
+		for _, h := range holds {
+			l.lose(h, cause)
+		}
+		l.releaseAll(holds)
+		l.hb.close()
+		l.notify.close()
+		l.calls.Wait()
+	})
+	return nil
+}
+
+func (l *Locker) isClosed() bool {
+	select {
+	case <-l.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// releaseAll deletes the holds from Redis in one pipeline, best effort: a
+// hold that is not deleted expires within its TTL.
+func (l *Locker) releaseAll(holds []*hold) {
+	if len(holds) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.requestTimeout)
+	defer cancel()
+	_, _ = call(ctx, l, func(ctx context.Context) (struct{}, error) {
+		pipe := l.client.Pipeline()
+		for _, h := range holds {
+			l.scripts.update.Eval(ctx, pipe, []string{h.keys.lock, h.keys.channel}, h.owner, 0, 0, l.publish)
+		}
+		_, err := pipe.Exec(ctx)
+		return struct{}{}, err
+	}, nil)
+}
+
+// Acquire acquires a write lease on key and returns it with its heartbeat
+// already running. If ctx carries a hold on key from this Locker, Acquire
+// re-enters it at once (keeping its fencing token), or returns ErrUpgrade if
+// that hold is read-only. Otherwise it waits for the key as Wait says (by
+// default until ctx is done) and fails with ErrNotAcquired. The caller must
+// Release the lease.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lease, error) {
+	return l.acquire(ctx, key, true, opts)
+}
+
+// AcquireRead acquires a read lease on key: any number of readers, or one
+// writer, hold a key at a time. A context holding a write lease on key takes
+// a read lease at once (a downgrade). Otherwise as Acquire.
+func (l *Locker) AcquireRead(ctx context.Context, key string, opts ...LockOption) (*Lease, error) {
+	return l.acquire(ctx, key, false, opts)
+}
+
+// WithLock runs fn while holding a write lease on key. fn's context is
+// canceled when the lease is lost (cause matching ErrLeaseLost), and when ctx
+// is: on shutdown the lease is kept and renewed until fn returns. WithLock
+// returns after the lease has been released (or the release has failed). It
+// returns fn's error, joined with the loss cause when the lease was lost
+// during the run. A panic in fn releases the lease and continues.
+func (l *Locker) WithLock(ctx context.Context, key string, fn func(context.Context) error, opts ...LockOption) error {
+	return l.run(ctx, key, true, fn, opts)
+}
+
+// WithReadLock is WithLock with a read lease.
+func (l *Locker) WithReadLock(ctx context.Context, key string, fn func(context.Context) error, opts ...LockOption) error {
+	return l.run(ctx, key, false, fn, opts)
+}
+
+func (l *Locker) run(ctx context.Context, key string, write bool, fn func(context.Context) error, opts []LockOption) (err error) {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalid)
+	}
+	info := Info{Key: key, Write: write}
+	runCtx := l.obs.Begin(ctx, PhaseRun, info)
+	le, err := l.acquire(runCtx, key, write, opts)
+	if err != nil {
+		info.Err = err
+		l.obs.End(runCtx, PhaseRun, info)
+		return err
+	}
+	jobCtx, cancel := context.WithCancelCause(withHold(runCtx, le.h))
+	stop := context.AfterFunc(le.ctx, func() { cancel(context.Cause(le.ctx)) })
+	returned := false
+	defer func() {
+		stop()
+		cancel(context.Canceled)
+		relErr := le.Release(context.WithoutCancel(runCtx))
+		info.Token, info.Reentrant, info.TTL = le.h.token, le.reentrant, le.h.timing.ttl
+		info.Renewals = l.hb.renewals(le.h)
+		info.Result = "released"
+		if cause := context.Cause(le.ctx); errors.Is(cause, ErrLeaseLost) {
+			info.Result = "lost"
+			err = errors.Join(err, cause)
+		} else if relErr != nil {
+			err = errors.Join(err, relErr)
+		}
+		info.Err = err
+		if !returned {
+			info.Err = errors.Join(err, errPanicked)
+		}
+		l.obs.End(runCtx, PhaseRun, info)
+	}()
+	err = fn(jobCtx)
+	returned = true
+	return err
+}
+
+var errPanicked = errors.New("guard: job panicked")
+
+func (l *Locker) checkKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalid)
+	case strings.Contains(key, "}"):
+		return fmt.Errorf("%w: key %q must not contain '}' (it would break the Cluster hash tag)", ErrInvalid, key)
+	}
+	return nil
+}
+
+func (l *Locker) acquire(ctx context.Context, key string, write bool, opts []LockOption) (*Lease, error) {
+	if err := l.checkKey(key); err != nil {
+		return nil, err
+	}
+	lc, err := newLockConfig(l.cfg.ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	if l.isClosed() {
+		return nil, ErrClosed
+	}
+	info := Info{Key: key, Write: write, TTL: lc.ttl}
+	if h := holdIn(ctx, l, key); h != nil {
+		info.Reentrant, info.TTL, info.Token = true, h.timing.ttl, h.token
+		actx := l.obs.Begin(ctx, PhaseAcquire, info)
+		le, err := l.reenter(actx, h, write)
+		if le != nil || err != nil {
+			info.Result, info.Err = acquireResult(err), err
+			l.obs.End(actx, PhaseAcquire, info)
+			return le, err
+		}
+		// The context's hold was released: this is a fresh acquisition.
+		info.Reentrant, info.TTL, info.Token = false, lc.ttl, 0
+		l.obs.End(actx, PhaseAcquire, info)
+	}
+	t, err := l.cfg.scaled(lc.ttl)
+	if err != nil {
+		return nil, err
+	}
+	actx := l.obs.Begin(ctx, PhaseAcquire, info)
+	le, err := l.acquireFresh(actx, ctx, key, write, lc, t)
+	info.Result, info.Err = acquireResult(err), err
+	if le != nil {
+		info.Token = le.h.token
+	}
+	l.obs.End(actx, PhaseAcquire, info)
+	return le, err
+}
+
+// errBusy and errTimeout tell the two ErrNotAcquired cases apart for observers.
+var (
+	errBusy    = errors.New("key busy")
+	errTimeout = errors.New("wait budget spent")
+)
+
+func acquireResult(err error) string {
+	switch {
+	case err == nil:
+		return "acquired"
+	case errors.Is(err, errBusy):
+		return "busy"
+	case errors.Is(err, errTimeout):
+		return "timeout"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "canceled"
+	default:
+		return "error"
+	}
+}
+
+// reenter takes another lease on a hold that ctx carries. It returns
+// (nil, nil) when that hold has been released, so the caller acquires afresh.
+func (l *Locker) reenter(ctx context.Context, h *hold, write bool) (*Lease, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ctx.Err() != nil {
+		if h.lost() {
+			return nil, fmt.Errorf("guard: re-enter %q: %w", h.key, context.Cause(h.ctx))
+		}
+		return nil, nil
+	}
+	if write && h.writes == 0 {
+		return nil, fmt.Errorf("%w: key %q", ErrUpgrade, h.key)
+	}
+	writes, reads := h.writes, h.reads
+	if write {
+		writes++
+	} else {
+		reads++
+	}
+	res, err := l.update(ctx, h, writes, reads)
+	if err != nil {
+		return nil, err
+	}
+	if res != resultOK {
+		cause := lostCause(h.key, res)
+		l.lose(h, cause)
+		return nil, cause
+	}
+	h.writes, h.reads = writes, reads
+	return newLease(h, write, true), nil
+}
+
+func newLease(h *hold, write, reentrant bool) *Lease {
+	ctx, cancel := context.WithCancelCause(h.ctx)
+	return &Lease{h: h, write: write, reentrant: reentrant, ctx: ctx, cancel: cancel}
+}
+
+func lostCause(key string, res int64) error {
+	if res == resultTaken {
+		return fmt.Errorf("%w: %q is held by another owner", ErrLeaseLost, key)
+	}
+	return fmt.Errorf("%w: %q expired", ErrLeaseLost, key)
+}
+
+// acquireReply is acquire.lua's answer.
+type acquireReply struct {
+	acquired  bool
+	token     int64
+	remaining time.Duration // busy: until the latest holder's expiry
+}
+
+func (l *Locker) acquireFresh(ctx, parent context.Context, key string, write bool, lc lockConfig, t timing) (*Lease, error) {
+	owner := rand.Text() // 26 base32 characters: 130 random bits
+	k := l.keysFor(key)
+	var deadline time.Time
+	if lc.waitSet {
+		deadline = time.Now().Add(lc.wait)
+	}
+	var w *waiter
+	defer func() {
+		if w != nil {
+			w.leave()
+			l.obs.Event(ctx, EventWaiting, Info{Key: key, Write: write, Delta: -1})
+		}
+	}()
+	for {
+		sent := time.Now()
+		rep, err := l.tryAcquire(ctx, k, owner, write, lc, t)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, err)
+			}
+			return nil, err
+		}
+		if rep.acquired {
+			if w != nil {
+				w.acquired = true
+			}
+			return l.newHold(parent, key, k, owner, rep.token, write, t, sent)
+		}
+		now := time.Now()
+		if lc.waitSet && !now.Before(deadline) {
+			if lc.wait == 0 {
+				l.log.Info("guard: lock busy", "key", key)
+				return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, errBusy)
+			}
+			l.log.Info("guard: lock busy after waiting", "key", key, "wait", lc.wait)
+			return nil, fmt.Errorf("%w: %q: %w after %v", ErrNotAcquired, key, errTimeout, lc.wait)
+		}
+		if w == nil {
+			w, err = l.notify.join(ctx, k.channel, write)
+			if err != nil {
+				return nil, err
+			}
+			l.obs.Event(ctx, EventWaiting, Info{Key: key, Write: write, Delta: +1})
+			continue // subscribed: try again, so a release in between is not missed
+		}
+		sleep := rep.remaining + time.Millisecond
+		if lc.waitSet {
+			sleep = min(sleep, deadline.Sub(now))
+		}
+		timer := time.NewTimer(sleep)
+		select {
+		case <-w.C:
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, context.Cause(ctx))
+		case <-l.closed:
+			timer.Stop()
+			return nil, ErrClosed
+		}
+		timer.Stop()
+	}
+}
+
+func (l *Locker) tryAcquire(ctx context.Context, k keys, owner string, write bool, lc lockConfig, t timing) (acquireReply, error) {
+	mode := "r"
+	if write {
+		mode = "w"
+	}
+	args := []any{owner, ms(t.ttl), mode, ms(lc.minHold)}
+	start := time.Now()
+	rep, err := call(ctx, l, func(ctx context.Context) (acquireReply, error) {
+		return l.runAcquire(ctx, k, args, t)
+	}, func(rep acquireReply, err error) {
+		if err == nil && rep.acquired { // the caller gave up; don't leave the key held
+			ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+			defer cancel()
+			l.scripts.update.Run(ctx, l.client, []string{k.lock, k.channel}, owner, 0, 0, l.publish)
+		}
+	})
+	l.obs.Event(ctx, EventRoundTrip, Info{Op: "acquire", Duration: time.Since(start), Err: err})
+	return rep, redisError(k.lock, err)
+}
+
+func (l *Locker) runAcquire(ctx context.Context, k keys, args []any, t timing) (acquireReply, error) {
+	var vals []int64
+	var err error
+	if l.cfg.replicas == 0 {
+		vals, err = l.scripts.acquire.Run(ctx, l.client, []string{k.lock, k.fence}, args...).Int64Slice()
+	} else {
+		vals, err = l.acquireAcked(ctx, k, args)
+	}
+	if err != nil {
+		return acquireReply{}, err
+	}
+	if len(vals) != 2 {
+		return acquireReply{}, fmt.Errorf("guard: unexpected acquire reply %v", vals)
+	}
+	if vals[0] == 1 {
+		return acquireReply{acquired: true, token: vals[1]}, nil
+	}
+	return acquireReply{remaining: time.Duration(vals[1]) * time.Millisecond}, nil
+}
+
+// acquireAcked runs acquire.lua and WAIT on one connection, and releases a
+// fresh hold that too few replicas acknowledged.
+func (l *Locker) acquireAcked(ctx context.Context, k keys, args []any) ([]int64, error) {
+	for attempt := 0; ; attempt++ {
+		pipe := l.client.Pipeline()
+		acq := l.scripts.acquire.EvalSha(ctx, pipe, []string{k.lock, k.fence}, args...)
+		wait := pipe.Do(ctx, "WAIT", l.cfg.replicas, ms(l.cfg.replicaTimeout))
+		_, _ = pipe.Exec(ctx)
+		if isNoScript(acq.Err()) && attempt == 0 {
+			if err := l.scripts.acquire.Load(ctx, l.client).Err(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		vals, err := acq.Int64Slice()
+		if err != nil {
+			return nil, err
+		}
+		acked, err := wait.Int64()
+		if len(vals) == 2 && vals[0] == 1 && (err != nil || acked < int64(l.cfg.replicas)) {
+			l.scripts.update.Run(ctx, l.client, []string{k.lock, k.channel}, args[0], 0, 0, l.publish)
+			return nil, fmt.Errorf("%w: %q: %d of %d replicas acknowledged within %v (%v)",
+				ErrNotAcquired, k.lock, acked, l.cfg.replicas, l.cfg.replicaTimeout, err)
+		}
+		return vals, nil
+	}
+}
+
+func ms(d time.Duration) int64 {
+	if d > 0 && d < time.Millisecond {
+		return 1
+	}
+	return d.Milliseconds()
+}
+
+func (l *Locker) newHold(parent context.Context, key string, k keys, owner string, token int64, write bool, t timing, sent time.Time) (*Lease, error) {
+	h := &hold{l: l, key: key, keys: k, owner: owner, token: token, timing: t, start: sent, index: -1}
+	h.ctx, h.cancel = context.WithCancelCause(withHold(context.WithoutCancel(parent), h))
+	h.obsCtx = context.WithoutCancel(parent)
+	if write {
+		h.writes = 1
+	} else {
+		h.reads = 1
+	}
+	h.leaseEnd = sent.Add(t.ttl - t.drift())
+	h.nextRenew = sent.Add(t.interval)
+	l.mu.Lock()
+	if l.isClosed() {
+		l.mu.Unlock()
+		l.releaseAll([]*hold{h})
+		return nil, ErrClosed
+	}
+	l.holds[h] = struct{}{}
+	l.mu.Unlock()
+	l.hb.add(h)
+	l.log.Debug("guard: acquired", "key", key, "token", token, "write", write)
+	l.obs.Event(h.obsCtx, EventHeld, Info{Key: key, Write: write, TTL: t.ttl, Token: token, Delta: +1})
+	return newLease(h, write, false), nil
+}
+
+// lose ends a hold that can no longer be proven held. Only the first call
+// for a hold acts.
+func (l *Locker) lose(h *hold, cause error) {
+	if !h.end(cause) {
+		return
+	}
+	if !errors.Is(cause, ErrClosed) {
+		l.log.Error("guard: lease lost", "key", h.key, "token", h.token, "cause", cause)
+	}
+	l.obs.Event(h.obsCtx, EventLeaseLost, Info{Key: h.key, Token: h.token, Err: cause})
+	l.obs.Event(h.obsCtx, EventHeld, Info{Key: h.key, Token: h.token, Delta: -1, Result: "lost", Duration: time.Since(h.start)})
+}
+
+// end stops the hold's heartbeat, cancels its context with cause and forgets
+// it. It reports whether this call ended the hold.
+func (h *hold) end(cause error) bool {
+	if !h.over.CompareAndSwap(false, true) {
+		return false
+	}
+	h.l.hb.remove(h)
+	h.cancel(cause)
+	h.l.mu.Lock()
+	delete(h.l.holds, h)
+	h.l.mu.Unlock()
+	return true
+}
+
+// update sets the owner's hold counts in Redis (update.lua).
+func (l *Locker) update(ctx context.Context, h *hold, writes, reads int) (int64, error) {
+	start := time.Now()
+	res, err := call(ctx, l, func(ctx context.Context) (int64, error) {
+		return l.scripts.update.Run(ctx, l.client, []string{h.keys.lock, h.keys.channel}, h.owner, writes, reads, l.publish).Int64()
+	}, nil)
+	l.obs.Event(h.obsCtx, EventRoundTrip, Info{Op: "release", Duration: time.Since(start), Err: err})
+	return res, redisError(h.key, err)
+}
+
+// release ends one lease of a hold (Lease.Release).
+func (l *Locker) release(ctx context.Context, le *Lease) error {
+	h := le.h
+	info := Info{Key: h.key, Write: le.write, TTL: h.timing.ttl, Token: h.token, Reentrant: le.reentrant}
+	rctx := l.obs.Begin(ctx, PhaseRelease, info)
+	err := l.releaseLease(rctx, le)
+	info.Err = err
+	l.obs.End(rctx, PhaseRelease, info)
+	return err
+}
+
+func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
+	h := le.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	writes, reads := h.writes, h.reads
+	if le.write {
+		writes--
+	} else {
+		reads--
+	}
+	final := writes == 0 && reads == 0
+	h.writes, h.reads = writes, reads
+	ctx, cancel := context.WithTimeout(ctx, h.timing.timeout)
+	defer cancel()
+	if h.over.Load() {
+		if final { // the key may still be ours on the server; free it for the next owner
+			_, _ = l.update(ctx, h, 0, 0)
+		}
+		return fmt.Errorf("%w: lease on %q: %w", ErrNotHeld, h.key, context.Cause(h.ctx))
+	}
+	if final {
+		l.hb.remove(h) // no renewal is sent after this point
+	}
+	res, err := l.updateRetrying(ctx, h, writes, reads)
+	switch {
+	case err == nil && res != resultOK:
+		cause := lostCause(h.key, res)
+		l.lose(h, cause)
+		if res == resultTaken {
+			return fmt.Errorf("%w: %q is now held by another owner", ErrNotHeld, h.key)
+		}
+		return fmt.Errorf("%w: %q expired before it was released", ErrNotHeld, h.key)
+	case final:
+		if h.end(ErrReleased) {
+			l.obs.Event(h.obsCtx, EventHeld, Info{Key: h.key, Token: h.token, Delta: -1, Result: "released", Duration: time.Since(h.start)})
+		}
+		if err != nil {
+			l.log.Warn("guard: release failed; the key expires within its TTL", "key", h.key, "err", err)
+			return fmt.Errorf("guard: release %q: %w", h.key, err)
+		}
+		l.log.Debug("guard: released", "key", h.key, "token", h.token)
+		return nil
+	default:
+		return err
+	}
+}
+
+// updateRetrying retries update.lua on transport errors until ctx is done.
+// The script sets counts rather than adding to them, so a retry after a reply
+// that was lost is harmless; if that retry finds the hold already gone after
+// a final release, the first attempt is what freed it.
+func (l *Locker) updateRetrying(ctx context.Context, h *hold, writes, reads int) (int64, error) {
+	backoff := 10 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		res, err := l.update(ctx, h, writes, reads)
+		if err == nil {
+			if attempt > 0 && res == resultExpired && writes == 0 && reads == 0 {
+				return resultOK, nil
+			}
+			return res, nil
+		}
+		if errors.Is(err, ErrWrongType) || ctx.Err() != nil {
+			return 0, err
+		}
+		select {
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 200*time.Millisecond)
+		case <-ctx.Done():
+			return 0, err
+		}
+	}
+}

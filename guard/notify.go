@@ -1,0 +1,255 @@
+package guard
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// notifier turns release messages into wake-ups for waiting acquisitions.
+// A Locker has one subscription connection (one per shard on Cluster, with
+// sharded pub/sub), shared by every waiter. Waiters on a channel queue in
+// order; a release wakes the first, not all of them, so a hand-off costs one
+// retry per process instead of a herd. A reader at the head wakes the
+// readers behind it too.
+type notifier struct {
+	l     *Locker
+	mu    sync.Mutex
+	chans map[string]*channelState
+	subMu sync.Mutex        // orders SUBSCRIBE/UNSUBSCRIBE of one channel
+	subs  map[string]*shard // "" outside Cluster; master address on Cluster
+	wg    sync.WaitGroup
+}
+
+type shard struct {
+	ps *redis.PubSub
+}
+
+type channelState struct {
+	shard   *shard
+	ready   chan struct{} // closed when the server confirmed the subscription
+	live    bool          // confirmed at least once
+	waiters []*waiter
+}
+
+// waiter is one acquisition waiting for a key.
+type waiter struct {
+	n        *notifier
+	channel  string
+	write    bool
+	C        chan struct{} // a wake-up: try again
+	acquired bool
+}
+
+func newNotifier(l *Locker) *notifier {
+	return &notifier{l: l, chans: make(map[string]*channelState), subs: make(map[string]*shard)}
+}
+
+// join queues a waiter on channel and returns once the subscription is
+// confirmed, ctx is done or the request timeout passed; in the last two cases
+// the waiter still works, on its fallback timer.
+func (n *notifier) join(ctx context.Context, channel string, write bool) (*waiter, error) {
+	w := &waiter{n: n, channel: channel, write: write, C: make(chan struct{}, 1)}
+	n.mu.Lock()
+	if n.l.isClosed() {
+		n.mu.Unlock()
+		return nil, ErrClosed
+	}
+	st := n.chans[channel]
+	fresh := st == nil
+	if fresh {
+		st = &channelState{ready: make(chan struct{})}
+		n.chans[channel] = st
+	}
+	st.waiters = append(st.waiters, w)
+	n.mu.Unlock()
+	if fresh {
+		if err := n.subscribe(ctx, channel, st); err != nil {
+			n.l.log.Warn("guard: subscribe failed; waiting on the key's TTL", "channel", channel, "err", err)
+			return w, nil
+		}
+	}
+	timer := time.NewTimer(n.l.cfg.requestTimeout)
+	defer timer.Stop()
+	select {
+	case <-st.ready:
+	case <-ctx.Done():
+	case <-timer.C:
+	case <-n.l.closed:
+	}
+	return w, nil
+}
+
+func (n *notifier) subscribe(ctx context.Context, channel string, st *channelState) error {
+	n.subMu.Lock()
+	defer n.subMu.Unlock()
+	sh, err := n.shardFor(ctx, channel)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	st.shard = sh
+	n.mu.Unlock()
+	_, err = call(ctx, n.l, func(ctx context.Context) (struct{}, error) {
+		if n.l.cluster {
+			return struct{}{}, sh.ps.SSubscribe(ctx, channel)
+		}
+		return struct{}{}, sh.ps.Subscribe(ctx, channel)
+	}, nil)
+	return err
+}
+
+// shardFor returns the subscription connection for channel, creating it and
+// its reader on first use. Called with subMu held.
+func (n *notifier) shardFor(ctx context.Context, channel string) (*shard, error) {
+	addr := ""
+	if cc, ok := n.l.client.(*redis.ClusterClient); ok {
+		master, err := cc.MasterForKey(ctx, channel)
+		if err != nil {
+			return nil, err
+		}
+		addr = master.Options().Addr
+	}
+	if sh := n.subs[addr]; sh != nil {
+		return sh, nil
+	}
+	if n.l.isClosed() {
+		return nil, ErrClosed
+	}
+	var ps *redis.PubSub
+	if n.l.cluster {
+		// A cluster PubSub connects to the node of its first channel.
+		ps = n.l.client.SSubscribe(ctx, channel)
+	} else {
+		ps = n.l.client.Subscribe(ctx)
+	}
+	sh := &shard{ps: ps}
+	n.subs[addr] = sh
+	msgs := ps.ChannelWithSubscriptions()
+	n.wg.Add(1)
+	go n.read(msgs)
+	return sh, nil
+}
+
+// read dispatches one shard's messages until its PubSub is closed.
+func (n *notifier) read(msgs <-chan any) {
+	defer n.wg.Done()
+	for m := range msgs {
+		switch m := m.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+				n.confirmed(m.Channel)
+			}
+		case *redis.Message:
+			n.released(m.Channel, m.Payload)
+		}
+	}
+}
+
+func (n *notifier) confirmed(channel string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := n.chans[channel]
+	if st == nil {
+		return
+	}
+	if !st.live {
+		st.live = true
+		close(st.ready)
+		return
+	}
+	// Subscribed again after a reconnect: a release may have been missed.
+	for _, w := range st.waiters {
+		w.wake()
+	}
+}
+
+// released wakes waiters for a message of update.lua: "read" lets readers
+// in; "free" and "linger" go to the first waiter (and readers behind a reader).
+func (n *notifier) released(channel, payload string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := n.chans[channel]
+	if st == nil || len(st.waiters) == 0 {
+		return
+	}
+	if payload != "read" {
+		st.waiters[0].wake()
+		if st.waiters[0].write {
+			return
+		}
+	}
+	for _, w := range st.waiters {
+		if !w.write {
+			w.wake()
+		}
+	}
+}
+
+func (w *waiter) wake() {
+	select {
+	case w.C <- struct{}{}:
+	default:
+	}
+}
+
+// leave dequeues the waiter. A waiter that leaves without the key passes an
+// unused wake-up on, so that a hand-off is never lost with it.
+func (w *waiter) leave() {
+	n := w.n
+	n.mu.Lock()
+	st := n.chans[w.channel]
+	if st == nil {
+		n.mu.Unlock()
+		return
+	}
+	st.waiters = slices.DeleteFunc(st.waiters, func(x *waiter) bool { return x == w })
+	if !w.acquired {
+		select {
+		case <-w.C:
+			if len(st.waiters) > 0 {
+				st.waiters[0].wake()
+			}
+		default:
+		}
+	}
+	last := len(st.waiters) == 0
+	if last {
+		delete(n.chans, w.channel)
+	}
+	n.mu.Unlock()
+	if last && st.shard != nil {
+		n.unsubscribe(w.channel, st.shard)
+	}
+}
+
+func (n *notifier) unsubscribe(channel string, sh *shard) {
+	n.subMu.Lock()
+	defer n.subMu.Unlock()
+	n.mu.Lock()
+	again := n.chans[channel] != nil // a new waiter came; keep the subscription
+	n.mu.Unlock()
+	if again || n.l.isClosed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.l.cfg.requestTimeout)
+	defer cancel()
+	_, _ = call(ctx, n.l, func(ctx context.Context) (struct{}, error) {
+		if n.l.cluster {
+			return struct{}{}, sh.ps.SUnsubscribe(ctx, channel)
+		}
+		return struct{}{}, sh.ps.Unsubscribe(ctx, channel)
+	}, nil)
+}
+
+func (n *notifier) close() {
+	n.subMu.Lock()
+	for _, sh := range n.subs {
+		_ = sh.ps.Close()
+	}
+	n.subMu.Unlock()
+	n.wg.Wait()
+}

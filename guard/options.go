@@ -1,0 +1,202 @@
+package guard
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Option configures a Locker. Options are validated by New.
+type Option func(*config)
+
+// config is a Locker's validated configuration.
+type config struct {
+	ttl            time.Duration
+	renewInterval  time.Duration
+	stopGrace      time.Duration
+	requestTimeout time.Duration
+	prefix         string
+	observer       Observer
+	logger         *slog.Logger
+	replicas       int
+	replicaTimeout time.Duration
+
+	// set records which durations were given, so the others default relative to the TTL.
+	intervalSet, graceSet, timeoutSet bool
+}
+
+// WithTTL sets the lease TTL: how long a hold survives in Redis without a
+// renewal, and so how long a crashed holder can block the key.
+// Default: 30s. Must be positive.
+func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+
+// WithRenewInterval sets how often the heartbeat renews a held lease.
+// Default: TTL/3. Interval + request timeout + stop grace must fit in the TTL
+// less the clock drift allowance (TTL/100 + 2ms).
+func WithRenewInterval(d time.Duration) Option {
+	return func(c *config) { c.renewInterval, c.intervalSet = d, true }
+}
+
+// WithStopGrace sets how long before the lease could expire the lease
+// context is canceled when no renewal has succeeded: the job's time to wind
+// down before anyone else can acquire the key. Default: TTL/10. Must be >= 0.
+func WithStopGrace(d time.Duration) Option {
+	return func(c *config) { c.stopGrace, c.graceSet = d, true }
+}
+
+// WithRequestTimeout bounds each renewal attempt and each release.
+// Default: TTL/10. Must be positive.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *config) { c.requestTimeout, c.timeoutSet = d, true }
+}
+
+// WithPrefix sets the prefix of every Redis key and channel the Locker uses.
+// Default: "guard:". It must not contain '{' or '}', which would break the
+// hash tag that keeps a lock's keys in one Cluster slot.
+func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+
+// WithObserver reports every lock operation to o (see the tracing package).
+// Default: none. Must not be nil.
+func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
+
+// WithLogger sets the logger. Success is logged at Debug, contention at Info,
+// a lost lease at Error, once. Default: a logger that discards everything.
+// Must not be nil.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithReplicaAck makes every acquisition and renewal wait (Redis WAIT) until
+// n replicas have acknowledged it, for at most timeout. An acquisition that
+// is not acknowledged in time is released and fails with ErrNotAcquired; a
+// renewal that is not acknowledged counts as failed. Use it with Sentinel, so
+// that a failover does not forget a fresh lock. Default: off (n = 0).
+// Not supported with a Cluster client.
+func WithReplicaAck(n int, timeout time.Duration) Option {
+	return func(c *config) { c.replicas, c.replicaTimeout = n, timeout }
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{ttl: 30 * time.Second, prefix: "guard:", observer: nopObserver{}}
+	for _, o := range opts {
+		if o == nil {
+			return c, fmt.Errorf("%w: nil option", ErrInvalid)
+		}
+		o(&c)
+	}
+	if c.ttl <= 0 {
+		return c, fmt.Errorf("%w: TTL %v must be positive", ErrInvalid, c.ttl)
+	}
+	if !c.intervalSet {
+		c.renewInterval = c.ttl / 3
+	}
+	if !c.graceSet {
+		c.stopGrace = c.ttl / 10
+	}
+	if !c.timeoutSet {
+		c.requestTimeout = c.ttl / 10
+	}
+	if c.observer == nil {
+		return c, fmt.Errorf("%w: nil observer", ErrInvalid)
+	}
+	if c.logger == nil {
+		return c, fmt.Errorf("%w: nil logger", ErrInvalid)
+	}
+	if strings.ContainsAny(c.prefix, "{}") {
+		return c, fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalid, c.prefix)
+	}
+	if c.replicas < 0 || (c.replicas > 0 && c.replicaTimeout <= 0) {
+		return c, fmt.Errorf("%w: replica ack needs n >= 0 and a positive timeout, got %d, %v", ErrInvalid, c.replicas, c.replicaTimeout)
+	}
+	if _, err := newTiming(c.ttl, c.renewInterval, c.stopGrace, c.requestTimeout); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// timing is the heartbeat schedule of one lease.
+type timing struct {
+	ttl, interval, grace, timeout time.Duration
+}
+
+// drift is Redlock's allowance for clock rate differences between client
+// and server over one TTL.
+func (t timing) drift() time.Duration { return t.ttl/100 + 2*time.Millisecond }
+
+// retryEvery is the pause between renewal attempts after a failure.
+func (t timing) retryEvery() time.Duration { return min(t.interval/3, time.Second) }
+
+func newTiming(ttl, interval, grace, timeout time.Duration) (timing, error) {
+	t := timing{ttl: ttl, interval: interval, grace: grace, timeout: timeout}
+	switch {
+	case ttl <= 0:
+		return t, fmt.Errorf("%w: TTL %v must be positive", ErrInvalid, ttl)
+	case interval <= 0 || interval >= ttl:
+		return t, fmt.Errorf("%w: renew interval %v must be positive and less than the TTL %v", ErrInvalid, interval, ttl)
+	case grace < 0 || grace >= ttl:
+		return t, fmt.Errorf("%w: stop grace %v must be >= 0 and less than the TTL %v", ErrInvalid, grace, ttl)
+	case timeout <= 0:
+		return t, fmt.Errorf("%w: request timeout %v must be positive", ErrInvalid, timeout)
+	}
+	// A renewal sent at the interval must be able to time out and still
+	// leave the stop grace before the lease's safe end.
+	if budget := ttl - t.drift(); interval+timeout+grace > budget {
+		return t, fmt.Errorf("%w: renew interval %v + request timeout %v + stop grace %v exceed TTL %v - drift %v",
+			ErrInvalid, interval, timeout, grace, ttl, t.drift())
+	}
+	return t, nil
+}
+
+// scaled returns the Locker's timing stretched to another TTL, keeping the ratios.
+func (c *config) scaled(ttl time.Duration) (timing, error) {
+	if ttl == c.ttl {
+		return timing{c.ttl, c.renewInterval, c.stopGrace, c.requestTimeout}, nil
+	}
+	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * float64(ttl) / float64(c.ttl)) }
+	return newTiming(ttl, scale(c.renewInterval), scale(c.stopGrace), scale(c.requestTimeout))
+}
+
+// LockOption configures one acquisition.
+type LockOption func(*lockConfig)
+
+type lockConfig struct {
+	wait    time.Duration
+	waitSet bool
+	ttl     time.Duration
+	minHold time.Duration
+}
+
+// Wait bounds how long an acquisition waits for a busy key. 0 means try
+// once. Default: wait until ctx is done. Must be >= 0.
+func Wait(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.wait, c.waitSet = d, true }
+}
+
+// TTL overrides the Locker's TTL for this lease; the renew interval, stop
+// grace and request timeout are scaled with it. It applies to a fresh
+// acquisition; a re-entry keeps the outer hold's TTL. Must be positive.
+func TTL(d time.Duration) LockOption { return func(c *lockConfig) { c.ttl = d } }
+
+// MinHold keeps the key held until at least d after the acquisition, even
+// when the job finishes and releases sooner (ShedLock's lockAtLeastFor), so
+// that a short job on a fleet with skewed clocks still runs once. Measured on
+// the server's clock. Default: 0. Must be >= 0.
+func MinHold(d time.Duration) LockOption { return func(c *lockConfig) { c.minHold = d } }
+
+func newLockConfig(def time.Duration, opts []LockOption) (lockConfig, error) {
+	c := lockConfig{ttl: def}
+	for _, o := range opts {
+		if o == nil {
+			return c, fmt.Errorf("%w: nil lock option", ErrInvalid)
+		}
+		o(&c)
+	}
+	switch {
+	case c.wait < 0:
+		return c, fmt.Errorf("%w: wait %v must be >= 0", ErrInvalid, c.wait)
+	case c.ttl <= 0:
+		return c, fmt.Errorf("%w: TTL %v must be positive", ErrInvalid, c.ttl)
+	case c.minHold < 0:
+		return c, fmt.Errorf("%w: MinHold %v must be >= 0", ErrInvalid, c.minHold)
+	}
+	return c, nil
+}

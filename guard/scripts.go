@@ -1,0 +1,113 @@
+package guard
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed scripts/prelude.lua
+	preludeLua string
+	//go:embed scripts/acquire.lua
+	acquireLua string
+	//go:embed scripts/renew.lua
+	renewLua string
+	//go:embed scripts/update.lua
+	updateLua string
+)
+
+// scripts are compiled per Locker rather than as package variables, keeping
+// the package free of global state; redis.NewScript only hashes the source.
+type scripts struct {
+	acquire, renew, update *redis.Script
+}
+
+func newScripts() scripts {
+	return scripts{
+		acquire: redis.NewScript(preludeLua + acquireLua),
+		renew:   redis.NewScript(preludeLua + renewLua),
+		update:  redis.NewScript(preludeLua + updateLua),
+	}
+}
+
+// Results of renew.lua and update.lua.
+const (
+	resultTaken   = -1 // another owner holds the key
+	resultExpired = 0  // the hold is gone and the key is free
+	resultOK      = 1
+)
+
+// keys are the Redis names of one lock; the {name} hash tag keeps them in
+// one Cluster slot.
+type keys struct {
+	lock, fence, channel string
+}
+
+func (l *Locker) keysFor(name string) keys {
+	base := l.cfg.prefix + "{" + name + "}"
+	return keys{lock: base, fence: base + ":fence", channel: base + ":released"}
+}
+
+// redisError turns a Redis reply error into this package's errors.
+func redisError(key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if strings.HasPrefix(err.Error(), "WRONGTYPE") {
+		return fmt.Errorf("%w: lock %q: %s", ErrWrongType, key, strings.TrimPrefix(err.Error(), "WRONGTYPE "))
+	}
+	return fmt.Errorf("guard: lock %q: %w", key, err)
+}
+
+// isNoScript reports whether err says the script cache lacks a script.
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// call runs fn and returns when it does or when ctx is done, whichever comes
+// first. go-redis does not interrupt a blocked read when a context is
+// canceled, so without this a partitioned server would hold the caller for
+// the client's ReadTimeout. An abandoned fn keeps running on a goroutine
+// owned by the Locker (Close waits for it) and its result goes to abandoned,
+// which may clean up after it (release a lock it turned out to acquire).
+func call[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, error), abandoned func(T, error)) (T, error) {
+	if ctx.Done() == nil {
+		return fn(ctx)
+	}
+	if ctx.Err() != nil {
+		var zero T
+		return zero, context.Cause(ctx)
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	var claimed atomic.Bool // whoever sets it first owns the result
+	l.calls.Add(1)
+	go func() {
+		defer l.calls.Done()
+		v, err := fn(context.WithoutCancel(ctx))
+		if claimed.CompareAndSwap(false, true) {
+			done <- result{v, err}
+		} else if abandoned != nil {
+			abandoned(v, err)
+		}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		if claimed.CompareAndSwap(false, true) {
+			var zero T
+			return zero, context.Cause(ctx)
+		}
+		r := <-done
+		return r.v, r.err
+	}
+}

@@ -1,0 +1,26 @@
+-- acquire.lua: a fresh hold, write or read.
+-- KEYS[1] lock hash, KEYS[2] fencing counter (no TTL, same slot)
+-- ARGV[1] owner id, ARGV[2] TTL ms, ARGV[3] 'w' or 'r', ARGV[4] MinHold ms
+-- Returns {1, token} when acquired, {0, ms until the latest holder expires} when busy.
+local key, owner, ttl, mode, minhold = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local kind = redis.call('TYPE', key)['ok']
+local now = now_ms()
+local owners, latest, writer = 0, 0, false
+if kind == 'hash' then
+  owners, latest, writer = sweep(key, now)
+elseif kind ~= 'none' then
+  return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a lock')
+end
+if owners > 0 and (mode == 'w' or writer) then
+  return {0, latest - now}
+end
+local token = redis.call('INCR', KEYS[2])
+redis.call('HSET', key, owner .. ':x', now + ttl, owner .. ':t', token)
+if mode == 'w' then
+  redis.call('HSET', key, 'writer', owner, owner, 1)
+else
+  redis.call('HSET', key, owner .. ':r', 1)
+end
+if minhold > 0 then redis.call('HSET', key, owner .. ':m', now + minhold) end
+extend_key(key, ttl)
+return {1, token}

@@ -1,0 +1,48 @@
+-- update.lua: set an owner's hold counts; re-entry, partial and final release.
+-- Counts are set, not incremented, so a retried call is harmless.
+-- KEYS[1] lock hash, KEYS[2] release channel
+-- ARGV[1] owner id, ARGV[2] write count, ARGV[3] read count, ARGV[4] 'PUBLISH' or 'SPUBLISH'
+-- Returns 1 when applied, 0 when the hold has expired, -1 when another owner holds the key.
+-- Publishes 'free' when the key is free, 'read' when only readers remain after a
+-- writer downgraded, 'linger' when a released hold is kept for MinHold.
+local key, chan, owner = KEYS[1], KEYS[2], ARGV[1]
+local writes, reads, publish = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local now = now_ms()
+local x = redis.call('HGET', key, owner .. ':x')
+if not x or tonumber(x) <= now then
+  if redis.call('EXISTS', key) == 1 and sweep(key, now) > 0 then return -1 end
+  return 0
+end
+local writer = redis.call('HGET', key, 'writer')
+if writes > 0 then
+  if writer ~= owner then return -1 end
+  redis.call('HSET', key, owner, writes)
+else
+  redis.call('HDEL', key, owner)
+end
+if reads > 0 then
+  redis.call('HSET', key, owner .. ':r', reads)
+else
+  redis.call('HDEL', key, owner .. ':r')
+end
+if writes > 0 or reads > 0 then
+  if writes == 0 and writer == owner then
+    redis.call('HDEL', key, 'writer')
+    redis.call(publish, chan, 'read')
+  end
+  return 1
+end
+local keep = tonumber(redis.call('HGET', key, owner .. ':m') or '0')
+if keep > now then
+  redis.call('HSET', key, owner .. ':x', keep)
+  extend_key(key, keep - now)
+  redis.call(publish, chan, 'linger')
+  return 1
+end
+drop_owner(key, owner)
+if writer == owner then redis.call('HDEL', key, 'writer') end
+if redis.call('HLEN', key) == 0 then
+  redis.call('DEL', key)
+  redis.call(publish, chan, 'free')
+end
+return 1
