@@ -234,8 +234,8 @@ func (l *Locker) renewPipeline(ctx context.Context, batch []*hold) ([]renewResul
 		noScript := false
 		for i, c := range cmds {
 			out[i].res, out[i].err = c.Int64()
-			out[i].err = redisError(batch[i].key, out[i].err)
 			noScript = noScript || isNoScript(out[i].err)
+			out[i].err = redisError(batch[i].key, out[i].err)
 		}
 		if noScript && attempt == 0 {
 			if err := l.scripts.renew.Load(ctx, l.client).Err(); err != nil {

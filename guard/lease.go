@@ -24,9 +24,9 @@ type hold struct {
 	obsCtx context.Context // the observer's context for heartbeat events
 	start  time.Time
 
-	mu     sync.Mutex // serializes count updates and their requests
-	writes int        // write leases held
-	reads  int        // read leases held
+	mu     sync.Mutex  // serializes count updates and their requests
+	writes int         // write leases held
+	reads  int         // read leases held
 	over   atomic.Bool // released or lost: see end
 
 	// Heartbeat state, guarded by the heartbeat's mutex.

@@ -54,9 +54,6 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, fmt.Errorf("%w: WithReplicaAck is not supported with a Cluster client", ErrInvalid)
 	}
 	log := cfg.logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	l := &Locker{
 		client:  client,
 		cfg:     cfg,

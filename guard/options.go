@@ -76,7 +76,7 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{ttl: 30 * time.Second, prefix: "guard:", observer: nopObserver{}}
+	c := config{ttl: 30 * time.Second, prefix: "guard:", observer: nopObserver{}, logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		if o == nil {
 			return c, fmt.Errorf("%w: nil option", ErrInvalid)

@@ -1,0 +1,41 @@
+# Targets for developers and CI. `make` runs the whole test suite against
+# real redis-server processes, installing Redis first when run as root.
+
+GO ?= go
+
+.PHONY: test redis fmt-check vet bench
+
+test: redis fmt-check vet
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+# Tests start their own redis-server on free loopback ports; they only need
+# the binary on PATH. When installing, we stop and disable the service the
+# Debian package may have started on 6379, and start nothing ourselves.
+redis:
+	@if command -v redis-server >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+		echo "redis-server not found: install the Debian package redis-server (sudo apt-get install redis-server) and re-run make test" >&2; \
+		exit 1; \
+	fi; \
+	set -e; \
+	echo "redis-server not found: installing the Debian package redis-server"; \
+	apt-get update -qq; \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; \
+	if [ -d /run/systemd/system ]; then \
+		systemctl disable --now redis-server >/dev/null 2>&1 || true; \
+	elif command -v service >/dev/null 2>&1; then \
+		service redis-server stop >/dev/null 2>&1 || true; \
+	fi; \
+	command -v redis-server >/dev/null 2>&1 || { echo "redis-server is still not on PATH after installing it" >&2; exit 1; }
+
+fmt-check:
+	@files="$$(gofmt -l .)"; \
+	if [ -n "$$files" ]; then \
+		echo "gofmt needed on:" >&2; echo "$$files" >&2; exit 1; \
+	fi
+
+vet:
+	$(GO) vet ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./guard/

@@ -1,0 +1,221 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobguard/jobguard/guard"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestParentCanceledKeepsLeaseUntilJobReturns(t *testing.T) {
+	_, ls := newLockers(t, 2, guard.WithTTL(600*time.Millisecond))
+	parent, cancel := context.WithCancel(t.Context())
+	jobSawCancel := make(chan struct{})
+	started := make(chan struct{})
+	finish := make(chan struct{})
+	result := make(chan error, 1)
+	go func() {
+		result <- ls[0].WithLock(parent, "shutdown", func(ctx context.Context) error {
+			close(started)
+			<-ctx.Done()
+			if errors.Is(context.Cause(ctx), guard.ErrLeaseLost) {
+				t.Errorf("job ctx cause = %v, want the parent's cancellation", context.Cause(ctx))
+			}
+			close(jobSawCancel)
+			<-finish
+			return nil
+		})
+	}()
+	<-started
+	cancel()
+	<-jobSawCancel
+	// Several TTLs later the key must still be held: the heartbeat goes on.
+	time.Sleep(1500 * time.Millisecond)
+	if _, err := ls[1].Acquire(t.Context(), "shutdown", guard.Wait(0)); !errors.Is(err, guard.ErrNotAcquired) {
+		t.Fatalf("while the job winds down: err = %v, want ErrNotAcquired", err)
+	}
+	close(finish)
+	if err := <-result; err != nil {
+		t.Fatalf("WithLock: %v", err)
+	}
+	// WithLock returned after the release was applied.
+	le := mustAcquire(t, t.Context(), ls[1], "shutdown", guard.Wait(0))
+	mustRelease(t, le)
+}
+
+func TestHeartbeatKeepsLeaseBeyondTTL(t *testing.T) {
+	_, ls := newLockers(t, 2, guard.WithTTL(300*time.Millisecond))
+	le := mustAcquire(t, t.Context(), ls[0], "long")
+	time.Sleep(time.Second)
+	if err := le.Context().Err(); err != nil {
+		t.Fatalf("lease ended: %v", context.Cause(le.Context()))
+	}
+	if _, err := ls[1].Acquire(t.Context(), "long", guard.Wait(0)); !errors.Is(err, guard.ErrNotAcquired) {
+		t.Fatalf("after 3 TTLs: err = %v, want ErrNotAcquired", err)
+	}
+	mustRelease(t, le)
+}
+
+func TestLeaseLostWhenKeyTakenAway(t *testing.T) {
+	srv, ls := newLockers(t, 1, guard.WithTTL(900*time.Millisecond))
+	client := srv.Client(t)
+	var lostAfter time.Duration
+	err := ls[0].WithLock(t.Context(), "stolen", func(ctx context.Context) error {
+		if err := client.Del(ctx, "guard:{stolen}").Err(); err != nil {
+			return err
+		}
+		start := time.Now()
+		<-ctx.Done()
+		lostAfter = time.Since(start)
+		return context.Cause(ctx)
+	})
+	if !errors.Is(err, guard.ErrLeaseLost) {
+		t.Fatalf("err = %v, want ErrLeaseLost", err)
+	}
+	// Noticed at the next renewal (every 300ms), not at the stop deadline.
+	if lostAfter > 600*time.Millisecond {
+		t.Fatalf("loss noticed after %v, want at the next renewal", lostAfter)
+	}
+}
+
+func TestMinHold(t *testing.T) {
+	_, ls := newLockers(t, 2)
+	start := time.Now()
+	err := ls[0].WithLock(t.Context(), "min", func(context.Context) error { return nil }, guard.MinHold(700*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ls[1].Acquire(t.Context(), "min", guard.Wait(0)); !errors.Is(err, guard.ErrNotAcquired) {
+		t.Fatalf("right after a short job with MinHold: err = %v, want ErrNotAcquired", err)
+	}
+	le := mustAcquire(t, t.Context(), ls[1], "min", guard.Wait(3*time.Second))
+	if held := time.Since(start); held < 650*time.Millisecond {
+		t.Fatalf("key free after %v, want >= MinHold 700ms", held)
+	}
+	mustRelease(t, le)
+}
+
+func TestCloseReleasesHeldLeases(t *testing.T) {
+	srv, ls := newLockers(t, 1)
+	other := newLocker(t, srv.Addr())
+	l := ls[0]
+	le := mustAcquire(t, t.Context(), l, "closing")
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cause := context.Cause(le.Context())
+	if !errors.Is(cause, guard.ErrClosed) || !errors.Is(cause, guard.ErrLeaseLost) {
+		t.Fatalf("lease cause after Close = %v, want ErrClosed and ErrLeaseLost", cause)
+	}
+	le2 := mustAcquire(t, t.Context(), other, "closing", guard.Wait(0))
+	mustRelease(t, le2)
+	if _, err := l.Acquire(t.Context(), "x"); !errors.Is(err, guard.ErrClosed) {
+		t.Fatalf("Acquire after Close: err = %v, want ErrClosed", err)
+	}
+	if err := le.Release(t.Context()); !errors.Is(err, guard.ErrNotHeld) {
+		t.Fatalf("Release after Close: err = %v, want ErrNotHeld", err)
+	}
+}
+
+func TestReleaseTellsExpiredFromTaken(t *testing.T) {
+	srv, ls := newLockers(t, 2, guard.WithTTL(time.Second))
+	client := srv.Client(t)
+
+	le := mustAcquire(t, t.Context(), ls[0], "gone")
+	if err := client.Del(t.Context(), "guard:{gone}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	err := le.Release(t.Context())
+	if !errors.Is(err, guard.ErrNotHeld) || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("release of a deleted key: err = %v, want ErrNotHeld (expired)", err)
+	}
+
+	le = mustAcquire(t, t.Context(), ls[0], "taken")
+	if err := client.Del(t.Context(), "guard:{taken}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	le2 := mustAcquire(t, t.Context(), ls[1], "taken", guard.Wait(0))
+	err = le.Release(t.Context())
+	if !errors.Is(err, guard.ErrNotHeld) || !strings.Contains(err.Error(), "another owner") {
+		t.Fatalf("release of a key taken over: err = %v, want ErrNotHeld (another owner)", err)
+	}
+	mustRelease(t, le2)
+}
+
+func TestHandOffWithoutPolling(t *testing.T) {
+	srv, ls := newLockers(t, 2)
+	client := srv.Client(t)
+	holder := mustAcquire(t, t.Context(), ls[0], "handoff")
+
+	const waiters = 16
+	var wg sync.WaitGroup
+	got := make(chan *guard.Lease, waiters)
+	for range waiters {
+		wg.Go(func() {
+			le, err := ls[1].Acquire(t.Context(), "handoff", guard.Wait(20*time.Second))
+			if err != nil {
+				t.Errorf("waiter: %v", err)
+				return
+			}
+			got <- le
+		})
+	}
+	time.Sleep(300 * time.Millisecond) // all waiting
+	before := clientCommands(t, client)
+	time.Sleep(time.Second)
+	idle := clientCommands(t, client) - before
+	if idle > 5 {
+		t.Fatalf("%d commands in 1s while 16 waiters wait: they poll", idle)
+	}
+
+	before = clientCommands(t, client)
+	start := time.Now()
+	mustRelease(t, holder)
+	for range waiters {
+		le := <-got
+		mustRelease(t, le)
+	}
+	elapsed := time.Since(start)
+	wg.Wait()
+	cmds := clientCommands(t, client) - before
+	// Each hand-off: a release, the woken waiter's acquire, and a few
+	// retries when a release races a waiter that has just been woken.
+	perAcquisition := float64(cmds) / waiters
+	t.Logf("16 hand-offs in %v, %d commands (%.1f per acquisition)", elapsed, cmds, perAcquisition)
+	if perAcquisition > 4 {
+		t.Fatalf("%.1f commands per acquisition, want <= 4", perAcquisition)
+	}
+}
+
+// clientCommands returns how many commands clients sent the server: script
+// calls, pub/sub and PING. Redis counts the commands a script runs inside
+// the server too, so total_commands_processed would overstate the traffic.
+func clientCommands(t testing.TB, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := map[string]bool{"evalsha": true, "eval": true, "subscribe": true, "unsubscribe": true,
+		"ssubscribe": true, "sunsubscribe": true, "ping": true, "wait": true}
+	var n int64
+	for line := range strings.SplitSeq(info, "\r\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+		if !ok || !counted[name] {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		v, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += v
+	}
+	return n
+}

@@ -1,0 +1,9 @@
+package childproc
+
+import "syscall"
+
+// sysProcAttr makes the kernel kill the child if the test binary dies
+// without running its cleanups, for example on a test timeout.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
