@@ -3,9 +3,12 @@ package guard_test
 import (
 	"testing"
 
+	"github.com/jobguard/jobguard/internal/childproc"
+	"github.com/jobguard/jobguard/internal/redistest"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	childproc.Dispatch(childHelpers)
+	goleak.VerifyTestMain(m, redistest.LeakOptions()...)
 }

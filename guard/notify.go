@@ -168,7 +168,7 @@ func (n *notifier) confirmed(channel string) {
 }
 
 // released wakes waiters for a message of update.lua: "read" lets readers
-// in; "free" and "linger" go to the first waiter (and readers behind a reader).
+// in; the others go to the first waiter (and the readers behind a reader).
 func (n *notifier) released(channel, payload string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -14,7 +14,10 @@ end
 if owners > 0 and (mode == 'w' or writer) then
   return {0, latest - now}
 end
-local token = redis.call('INCR', KEYS[2])
+local token = redis.pcall('INCR', KEYS[2])
+if type(token) == 'table' and token.err then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter (' .. token.err .. ')')
+end
 redis.call('HSET', key, owner .. ':x', now + ttl, owner .. ':t', token)
 if mode == 'w' then
   redis.call('HSET', key, 'writer', owner, owner, 1)

@@ -4,7 +4,9 @@
 -- ARGV[1] owner id, ARGV[2] write count, ARGV[3] read count, ARGV[4] 'PUBLISH' or 'SPUBLISH'
 -- Returns 1 when applied, 0 when the hold has expired, -1 when another owner holds the key.
 -- Publishes 'free' when the key is free, 'read' when only readers remain after a
--- writer downgraded, 'linger' when a released hold is kept for MinHold.
+-- writer downgraded, 'linger' when a released hold is kept for MinHold, and
+-- 'held' when other owners still hold it (their expiry may be sooner than
+-- the one a waiter is sleeping on).
 local key, chan, owner = KEYS[1], KEYS[2], ARGV[1]
 local writes, reads, publish = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local now = now_ms()
@@ -44,5 +46,8 @@ if writer == owner then redis.call('HDEL', key, 'writer') end
 if redis.call('HLEN', key) == 0 then
   redis.call('DEL', key)
   redis.call(publish, chan, 'free')
+else
+  -- Others still hold it; the first waiter re-reads how long they may.
+  redis.call(publish, chan, 'held')
 end
 return 1
