@@ -1,2 +1,81 @@
-// Package guard holds leases on named locks in Redis.
+// Package guard holds leases on named locks in Redis, so that a fleet of
+// identical processes runs each piece of work on one of them at a time.
+//
+//	l, err := guard.New(redisClient)
+//	...
+//	err = l.WithLock(ctx, "nightly-report", func(ctx context.Context) error {
+//		token, _ := guard.TokenFrom(ctx, "nightly-report")
+//		return report.Run(ctx, token) // stop when ctx is done
+//	})
+//
+// # Guarantees
+//
+// One owner: at any instant at most one writer, or any number of readers,
+// holds a key, as long as the Redis server keeps its data (see Failover).
+//
+// Lease, not lock: every hold has a TTL (WithTTL, default 30s) kept in Redis,
+// so a holder that crashes frees the key within its TTL. While a lease is
+// held, one heartbeat per Locker renews it every RenewInterval (default
+// TTL/3), batching the renewals of all its leases into a few pipelines.
+//
+// Told before it can be lost: for every acquisition and renewal the client
+// records the monotonic time just before the request went out. The lease
+// cannot expire in Redis before sent + TTL - drift, where drift = TTL/100 +
+// 2ms allows for the client's and server's clocks running at slightly
+// different rates. If no renewal has moved that point, the lease's context
+// (and the job's, under WithLock) is canceled StopGrace (default TTL/10)
+// before it, with a cause matching ErrLeaseLost; a renewal that finds the
+// key gone or owned by another cancels it at once. So a job that stops when
+// its context is done has stopped before anyone else can acquire the key.
+// New rejects a schedule where a renewal and its timeout could not complete
+// before that point.
+//
+// Owner tokens: each acquisition gets 130 random bits as its owner id; only
+// its owner can renew or release it, each in one atomic Lua script.
+// Expiry decisions inside Redis use the server's clock (TIME), never the
+// client's.
+//
+// Reentrant through the context: a context handed out with a hold (the
+// WithLock job's, or Lease.Context) re-enters that hold on the same Locker
+// at once and keeps its fencing token; the hold counts live in Redis and the
+// key is freed when the outermost lease ends. A write hold may take a read
+// lease (a downgrade); a read hold asking for a write lease gets ErrUpgrade
+// at once instead of a deadlock. Identity comes from the context, never from
+// the goroutine.
+//
+// Waiting without polling: a waiter sleeps until a release is published on
+// the lock's channel (one subscription per Locker) or, if a holder crashed
+// and will never publish, until the key's remaining TTL has passed.
+//
+// # Clock assumptions
+//
+// The client's monotonic clock and the server's clock must run at about the
+// same rate (within 1% plus 2ms per TTL); their wall clocks may differ
+// arbitrarily. A process paused longer than StopGrace (a long GC pause, a
+// SIGSTOP, a VM migration) may resume after its lease expired without having
+// been told in time: no lock can prevent that, which is why fencing exists.
+//
+// # Fencing
+//
+// Every fresh acquisition returns a fencing token (Lease.Token, TokenFrom)
+// from a per-key counter in Redis, strictly increasing per key. Pass it to
+// the resource the job writes to and have the resource reject a token lower
+// than the highest it has seen. That is what makes the work safe when a
+// holder was paused or partitioned past its lease: the lock alone cannot.
+// The token stays monotonic only while Redis keeps the counter; it has no TTL.
+//
+// # Failover
+//
+// Redis replicates asynchronously: a failover can lose a fresh lock, and a
+// second owner can then acquire it. WithReplicaAck narrows that window by
+// waiting for replicas to acknowledge each acquisition and renewal. Use
+// fencing tokens where a second owner would do harm.
+//
+// # Lifecycle
+//
+// A Locker runs two heartbeat goroutines from New until Close, and one
+// subscription connection while any acquisition waits. Close releases what
+// it still holds. Every request honours its context, also when the server
+// is unreachable; a release runs on a context detached from the job's
+// cancellation, bounded by the request timeout.
 package guard

@@ -1,0 +1,173 @@
+// Quickstart runs a fleet of three simulated instances of one service against
+// one Redis and shows what guard gives them: a job runs on one instance at a
+// time, fencing tokens only go up, a crashed holder's key is taken over once
+// its TTL passes, and a job whose lease is lost is told to stop.
+//
+//	go run ./examples/quickstart                                            # embedded Redis
+//	REDIS_URL=redis://127.0.0.1:6379/15 go run ./examples/quickstart        # a real one
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jobguard/jobguard/guard"
+	"github.com/redis/go-redis/v9"
+)
+
+// job is the lock key every instance competes for.
+const job = "nightly-report"
+
+func main() {
+	if err := run(context.Background(), os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		os.Exit(1)
+	}
+}
+
+// instance is one simulated process: its own Redis client and Locker.
+type instance struct {
+	name   string
+	client *redis.Client
+	locker *guard.Locker
+}
+
+func run(ctx context.Context, out io.Writer) error {
+	dial, stopRedis, err := connect()
+	if err != nil {
+		return err
+	}
+	defer stopRedis()
+	p := &printer{w: out, start: time.Now()}
+
+	admin := dial() // an operator's client, for mischief in the last part
+	defer admin.Close()
+	if err := admin.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	var fleet []*instance
+	defer func() {
+		for _, in := range fleet {
+			in.locker.Close() // also after a crash: it stops the Locker's goroutines
+			in.client.Close()
+		}
+	}()
+	for i := range 3 {
+		c := dial()
+		l, err := guard.New(c)
+		if err != nil {
+			c.Close()
+			return err
+		}
+		fleet = append(fleet, &instance{name: fmt.Sprintf("instance-%d", i+1), client: c, locker: l})
+	}
+
+	for round := 1; round <= 3; round++ {
+		p.say("fleet", "--- round %d: every instance starts %s at once", round, job)
+		if err := everyoneAtOnce(ctx, p, fleet); err != nil {
+			return err
+		}
+	}
+	p.say("fleet", "--- the holder crashes")
+	if err := crashAndTakeover(ctx, p, fleet[0], fleet[1]); err != nil {
+		return err
+	}
+	p.say("fleet", "--- the lease is lost while the job runs")
+	return leaseLost(ctx, p, fleet[2], admin)
+}
+
+// everyoneAtOnce has each instance try the job once, as a cron tick firing
+// on the whole fleet does. Wait(0) means: if another instance has it, skip.
+func everyoneAtOnce(ctx context.Context, p *printer, fleet []*instance) error {
+	errs := make([]error, len(fleet))
+	var wg sync.WaitGroup
+	for i, in := range fleet {
+		wg.Go(func() {
+			errs[i] = in.locker.WithLock(ctx, job, func(ctx context.Context) error {
+				token, _ := guard.TokenFrom(ctx, job)
+				p.say(in.name, "runs %s with fencing token %d", job, token)
+				time.Sleep(300 * time.Millisecond) // the work; the others try meanwhile
+				return nil
+			}, guard.Wait(0))
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if errors.Is(err, guard.ErrNotAcquired) {
+			p.say(fleet[i].name, "skipped %s: another instance runs it", job)
+		} else if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// crashAndTakeover has a crash while holding the job: it can neither renew
+// nor release, so b gets in once the 1s TTL has passed, and not before.
+func crashAndTakeover(ctx context.Context, p *printer, a, b *instance) error {
+	lease, err := a.locker.Acquire(ctx, job, guard.TTL(time.Second), guard.Wait(0))
+	if err != nil {
+		return err
+	}
+	p.say(a.name, "holds %s with fencing token %d and a 1s TTL, then crashes", job, lease.Token())
+	crashed := time.Now()
+	a.client.Close() // the crash: no renewal, no release from now on
+	// Cut off from Redis, a's heartbeat cannot renew, so a's job is told to
+	// stop before the lease could expire, which is before b can get in.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		<-lease.Context().Done()
+		p.say(a.name, "was told to stop: %v", context.Cause(lease.Context()))
+	})
+	return b.locker.WithLock(ctx, job, func(ctx context.Context) error {
+		token, _ := guard.TokenFrom(ctx, job)
+		p.say(b.name, "took over %s %.2fs after the crash, fencing token %d", job, time.Since(crashed).Seconds(), token)
+		return nil
+	}, guard.Wait(5*time.Second))
+}
+
+// leaseLost deletes the lock behind in's back while its job runs. The next
+// renewal finds the lease gone, cancels the job's context with a cause
+// matching ErrLeaseLost, and WithLock returns that cause.
+func leaseLost(ctx context.Context, p *printer, in *instance, admin *redis.Client) error {
+	err := in.locker.WithLock(ctx, job, func(ctx context.Context) error {
+		token, _ := guard.TokenFrom(ctx, job)
+		p.say(in.name, "runs %s with fencing token %d", job, token)
+		lockKey := "guard:{" + job + "}" // the default prefix, then the key in a Cluster hash tag
+		if err := admin.Del(ctx, lockKey).Err(); err != nil {
+			return err
+		}
+		p.say("admin", "deleted %s", lockKey)
+		select { // a real job checks ctx between steps of its work
+		case <-ctx.Done():
+			p.say(in.name, "job context canceled: %v", context.Cause(ctx))
+			return nil
+		case <-time.After(5 * time.Second):
+			return errors.New("the lost lease went unnoticed")
+		}
+	}, guard.TTL(time.Second))
+	if !errors.Is(err, guard.ErrLeaseLost) {
+		return fmt.Errorf("want an error matching guard.ErrLeaseLost, got %v", err)
+	}
+	p.say(in.name, "WithLock returned: %v", err)
+	return nil
+}
+
+// printer writes one line per event, stamped with the time since the start.
+type printer struct {
+	mu    sync.Mutex
+	w     io.Writer
+	start time.Time
+}
+
+func (p *printer) say(who, format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.w, "[%.2fs] %s: %s\n", time.Since(p.start).Seconds(), who, fmt.Sprintf(format, args...))
+}
