@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // StartReplica starts a server, as Start does, that replicates master. It
@@ -60,6 +62,10 @@ func waitReplicating(master, replica *Server) error {
 			last = "replica: master_link_status:" + infoField(rinfo, "master_link_status")
 		case !strings.Contains(minfo, online):
 			last = "master: replica not online; connected_slaves:" + infoField(minfo, "connected_slaves")
+		case !acknowledges(ctx, mc):
+			// Right after a sync, a replica can be online yet not answer the
+			// master's GETACK for a while; tests of WAIT need it answering.
+			last = "master: WAIT 1 got no acknowledgement"
 		default:
 			return nil
 		}
@@ -69,4 +75,18 @@ func waitReplicating(master, replica *Server) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// acknowledges reports whether a write on the master is acknowledged by a
+// replica (WAIT) within 100ms. It uses the connection's own PoolSize 1, so
+// the write and the WAIT share one connection, as WAIT requires.
+func acknowledges(ctx context.Context, mc *redis.Client) bool {
+	pipe := mc.Pipeline()
+	pipe.Set(ctx, "redistest:replica-probe", "1", time.Minute)
+	acked := pipe.Do(ctx, "WAIT", 1, 100)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false
+	}
+	n, err := acked.Int64()
+	return err == nil && n >= 1
 }
