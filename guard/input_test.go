@@ -3,11 +3,14 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -139,4 +142,37 @@ func TestWaitBudget(t *testing.T) {
 	if waited < 300*time.Millisecond || waited > 2*time.Second {
 		t.Fatalf("waited %v for a budget of 300ms", waited)
 	}
+}
+
+func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
+	// go-redis retries a command after a network error; a retried acquire
+	// that had been applied must report the hold, not find the key busy.
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	script := redis.NewScript(readScript(t, "prelude.lua") + readScript(t, "acquire.lua"))
+	keys := []string{"guard:{retry}", "guard:{retry}:fence"}
+	first, err := script.Run(t.Context(), client, keys, "owner-1", 10000, "w", 0).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := script.Run(t.Context(), client, keys, "owner-1", 10000, "w", 0).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first[0] != 1 || again[0] != 1 || again[1] != first[1] {
+		t.Fatalf("first %v, retried %v: want both acquired with the same token", first, again)
+	}
+	other, err := script.Run(t.Context(), client, keys, "owner-2", 10000, "w", 0).Int64Slice()
+	if err != nil || other[0] != 0 {
+		t.Fatalf("another owner: %v, %v; want busy", other, err)
+	}
+}
+
+func readScript(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("scripts", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -173,7 +173,7 @@ func (l *Locker) run(ctx context.Context, key string, write bool, fn func(contex
 	runCtx := l.obs.Begin(ctx, PhaseRun, info)
 	le, err := l.acquire(runCtx, key, write, opts)
 	if err != nil {
-		info.Err = err
+		info.Result, info.Err = acquireResult(err), err
 		l.obs.End(runCtx, PhaseRun, info)
 		return err
 	}

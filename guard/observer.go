@@ -45,9 +45,9 @@ type Info struct {
 	TTL       time.Duration // lease TTL
 	Token     int64         // fencing token, once acquired
 	Reentrant bool          // the context already held the key
-	// Result of the phase or event: for PhaseAcquire "acquired", "busy",
-	// "timeout", "canceled" or "error"; for EventHeld and PhaseRun's end,
-	// "released" or "lost".
+	// Result of the phase or event: for PhaseAcquire, and for a PhaseRun
+	// that did not acquire, "acquired", "busy", "timeout", "canceled" or
+	// "error"; for EventHeld and a PhaseRun that ran, "released" or "lost".
 	Result   string
 	Op       string        // EventRoundTrip: "acquire", "renew" or "release"
 	Duration time.Duration // EventRoundTrip: the round trip; EventHeld(-1): the hold

@@ -8,6 +8,9 @@ local now = now_ms()
 local owners, latest, writer = 0, 0, false
 if kind == 'hash' then
   owners, latest, writer = sweep(key, now)
+  -- A client retrying after a lost reply finds its own hold: report it.
+  local mine = redis.call('HGET', key, owner .. ':t')
+  if mine then return {1, tonumber(mine)} end
 elseif kind ~= 'none' then
   return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a lock')
 end
