@@ -75,19 +75,22 @@ func (hb *heartbeat) renewals(h *hold) int {
 	return h.renewals
 }
 
-// due is when the scheduler must next look at h: its safe end, or the start
-// of its renewal window (a tenth of the interval early, so that holds due at
-// about the same time share a pipeline).
+// due is when the scheduler must next look at h: its next renewal or, when
+// a renewal is in flight or overdue, its safe end.
 func (h *hold) due() time.Time {
 	stop := h.stopAt()
-	if h.inFlight {
+	if h.inFlight || stop.Before(h.nextRenew) {
 		return stop
 	}
-	renew := h.nextRenew.Add(-h.timing.interval / 10)
-	if renew.Before(stop) {
-		return renew
-	}
-	return stop
+	return h.nextRenew
+}
+
+// renewable reports whether h may join a batch sent at now: its renewal is
+// at most a tenth of an interval away. The scheduler wakes at the end of the
+// first hold's window and takes every hold whose window has opened, so holds
+// acquired at about the same time share a pipeline.
+func (h *hold) renewable(now time.Time) bool {
+	return !h.inFlight && !h.nextRenew.Add(-h.timing.interval/10).After(now)
 }
 
 func (hb *heartbeat) schedule() {
@@ -98,12 +101,15 @@ func (hb *heartbeat) schedule() {
 		var lost, batch []*hold
 		hb.mu.Lock()
 		now := time.Now()
-		for len(hb.queue) > 0 && !hb.queue[0].due().After(now) {
+		for len(hb.queue) > 0 {
 			h := hb.queue[0]
 			if !now.Before(h.stopAt()) {
 				heap.Pop(&hb.queue)
 				lost = append(lost, h)
 				continue
+			}
+			if !h.renewable(now) {
+				break
 			}
 			h.inFlight = true
 			heap.Fix(&hb.queue, 0)

@@ -32,7 +32,7 @@ type Locker struct {
 
 	closed    chan struct{}
 	closeOnce sync.Once
-	calls     sync.WaitGroup // requests abandoned by their caller's ctx
+	runner    runner // runs requests that may outlive their caller's ctx
 
 	mu    sync.Mutex
 	holds map[*hold]struct{}
@@ -101,7 +101,7 @@ func (l *Locker) Close() error {
 		l.releaseAll(holds)
 		l.hb.close()
 		l.notify.close()
-		l.calls.Wait()
+		l.runner.stop()
 	})
 	return nil
 }
@@ -343,6 +343,7 @@ func (l *Locker) acquireFresh(ctx, parent context.Context, key string, write boo
 		}
 	}()
 	for {
+		before := l.notify.mark(k.channel)
 		sent := time.Now()
 		rep, err := l.tryAcquire(ctx, k, owner, write, lc, t)
 		if err != nil {
@@ -372,7 +373,9 @@ func (l *Locker) acquireFresh(ctx, parent context.Context, key string, write boo
 				return nil, err
 			}
 			l.obs.Event(ctx, EventWaiting, Info{Key: key, Write: write, Delta: +1})
-			continue // subscribed: try again, so a release in between is not missed
+			if !l.notify.quietSince(before) {
+				continue // a release may have come between the attempt and the subscription
+			}
 		}
 		sleep := rep.remaining + time.Millisecond
 		if lc.waitSet {

@@ -29,10 +29,40 @@ type shard struct {
 }
 
 type channelState struct {
+	channel string
 	shard   *shard
 	ready   chan struct{} // closed when the server confirmed the subscription
 	live    bool          // confirmed at least once
+	seq     uint64        // messages and resubscriptions seen
 	waiters []*waiter
+}
+
+// mark is what a waiter knew of a channel before an attempt.
+type mark struct {
+	st  *channelState
+	seq uint64
+}
+
+// mark records the channel's state before an acquisition attempt.
+func (n *notifier) mark(channel string) mark {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := n.chans[channel]
+	if st == nil || !st.live {
+		return mark{}
+	}
+	return mark{st: st, seq: st.seq}
+}
+
+// quietSince reports whether the channel was subscribed before m was taken
+// and has carried nothing since. Then a waiter that joined after a failed
+// attempt need not try again at once: a release after the attempt was
+// delivered to a waiter of this Locker that will act on it, or will be
+// delivered with this waiter already in the queue.
+func (n *notifier) quietSince(m mark) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return m.st != nil && n.chans[m.st.channel] == m.st && m.st.seq == m.seq
 }
 
 // waiter is one acquisition waiting for a key.
@@ -61,7 +91,7 @@ func (n *notifier) join(ctx context.Context, channel string, write bool) (*waite
 	st := n.chans[channel]
 	fresh := st == nil
 	if fresh {
-		st = &channelState{ready: make(chan struct{})}
+		st = &channelState{channel: channel, ready: make(chan struct{})}
 		n.chans[channel] = st
 	}
 	st.waiters = append(st.waiters, w)
@@ -156,6 +186,7 @@ func (n *notifier) confirmed(channel string) {
 	if st == nil {
 		return
 	}
+	st.seq++
 	if !st.live {
 		st.live = true
 		close(st.ready)
@@ -173,7 +204,11 @@ func (n *notifier) released(channel, payload string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	st := n.chans[channel]
-	if st == nil || len(st.waiters) == 0 {
+	if st == nil {
+		return
+	}
+	st.seq++
+	if len(st.waiters) == 0 {
 		return
 	}
 	if payload != "read" {

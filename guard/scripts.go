@@ -89,16 +89,14 @@ func call[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, er
 	}
 	done := make(chan result, 1)
 	var claimed atomic.Bool // whoever sets it first owns the result
-	l.calls.Add(1)
-	go func() {
-		defer l.calls.Done()
+	l.runner.run(func() {
 		v, err := fn(context.WithoutCancel(ctx))
 		if claimed.CompareAndSwap(false, true) {
 			done <- result{v, err}
 		} else if abandoned != nil {
 			abandoned(v, err)
 		}
-	}()
+	})
 	select {
 	case r := <-done:
 		return r.v, r.err
