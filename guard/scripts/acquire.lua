@@ -21,12 +21,20 @@ local token = redis.pcall('INCR', KEYS[2])
 if type(token) == 'table' and token.err then
   return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter (' .. token.err .. ')')
 end
-redis.call('HSET', key, owner .. ':x', now + ttl, owner .. ':t', token)
+local fields = {owner .. ':x', now + ttl, owner .. ':t', token}
 if mode == 'w' then
-  redis.call('HSET', key, 'writer', owner, owner, 1)
+  table.insert(fields, 'writer'); table.insert(fields, owner)
+  table.insert(fields, owner); table.insert(fields, 1)
 else
-  redis.call('HSET', key, owner .. ':r', 1)
+  table.insert(fields, owner .. ':r'); table.insert(fields, 1)
 end
-if minhold > 0 then redis.call('HSET', key, owner .. ':m', now + minhold) end
-extend_key(key, ttl)
+if minhold > 0 then
+  table.insert(fields, owner .. ':m'); table.insert(fields, now + minhold)
+end
+redis.call('HSET', key, unpack(fields))
+if owners == 0 then
+  redis.call('PEXPIRE', key, ttl)
+else
+  extend_key(key, ttl)
+end
 return {1, token}

@@ -10,41 +10,44 @@
 local key, chan, owner = KEYS[1], KEYS[2], ARGV[1]
 local writes, reads, publish = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local now = now_ms()
-local x = redis.call('HGET', key, owner .. ':x')
+local got = redis.call('HMGET', key, owner .. ':x', 'writer', owner .. ':m')
+local x, writer, keep = got[1], got[2], tonumber(got[3] or '0')
 if not x or tonumber(x) <= now then
   if redis.call('EXISTS', key) == 1 and sweep(key, now) > 0 then return -1 end
   return 0
 end
-local writer = redis.call('HGET', key, 'writer')
-if writes > 0 then
-  if writer ~= owner then return -1 end
-  redis.call('HSET', key, owner, writes)
-else
-  redis.call('HDEL', key, owner)
-end
-if reads > 0 then
-  redis.call('HSET', key, owner .. ':r', reads)
-else
-  redis.call('HDEL', key, owner .. ':r')
-end
+if writes > 0 and writer ~= owner then return -1 end
 if writes > 0 or reads > 0 then
+  if writes > 0 then
+    redis.call('HSET', key, owner, writes)
+  else
+    redis.call('HDEL', key, owner)
+  end
+  if reads > 0 then
+    redis.call('HSET', key, owner .. ':r', reads)
+  else
+    redis.call('HDEL', key, owner .. ':r')
+  end
   if writes == 0 and writer == owner then
     redis.call('HDEL', key, 'writer')
     redis.call(publish, chan, 'read')
   end
   return 1
 end
-local keep = tonumber(redis.call('HGET', key, owner .. ':m') or '0')
 if keep > now then
+  redis.call('HDEL', key, owner, owner .. ':r')
   redis.call('HSET', key, owner .. ':x', keep)
   extend_key(key, keep - now)
   redis.call(publish, chan, 'linger')
   return 1
 end
-drop_owner(key, owner)
-if writer == owner then redis.call('HDEL', key, 'writer') end
-if redis.call('HLEN', key) == 0 then
-  redis.call('DEL', key)
+-- Redis deletes the hash with its last field.
+if writer == owner then
+  redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m', 'writer')
+else
+  redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m')
+end
+if redis.call('EXISTS', key) == 0 then
   redis.call(publish, chan, 'free')
 else
   -- Others still hold it; the first waiter re-reads how long they may.
