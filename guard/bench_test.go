@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/internal/faultproxy"
 	"github.com/jobguard/jobguard/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -97,9 +98,17 @@ const pingEvery = 64
 // of two requests (acquire and release). The PINGs are sent on the Locker's
 // client in blocks interleaved with the timed iterations, with the timer
 // stopped, so that both see the same load on a shared machine.
-func benchSequential(b *testing.B, op func(ctx context.Context, l *guard.Locker) error) {
-	srv := redistest.Start(b)
-	l, client := benchLocker(b, srv.Addr())
+//
+// With latency > 0 every request crosses a faultproxy that delays each
+// direction by latency, as a network between client and server would.
+func benchSequential(b *testing.B, latency time.Duration, op func(ctx context.Context, l *guard.Locker) error) {
+	addr := redistest.Start(b).Addr()
+	if latency > 0 {
+		proxy := faultproxy.New(b, addr)
+		proxy.SetLatency(latency)
+		addr = proxy.Addr()
+	}
+	l, client := benchLocker(b, addr)
 	// b.Context() can be canceled, as a caller's context usually can; the
 	// Locker then runs each request on a goroutine of its own (see call).
 	ctx := b.Context()
@@ -132,39 +141,52 @@ func benchSequential(b *testing.B, op func(ctx context.Context, l *guard.Locker)
 	b.ReportMetric(ratio(perOp, 2, ping), "x2ping")
 }
 
+// networks are the links the sequential benchmarks run over: loopback, and
+// a faultproxy asked for 100µs each way. Its timers are coarser than that
+// (a PING through it takes about 2ms here), so read the reported ping-µs for
+// the round trip, not the name.
+var networks = []struct {
+	name    string
+	latency time.Duration
+}{{"loopback", 0}, {"proxied", 100 * time.Microsecond}}
+
 // BenchmarkAcquireRelease is one uncontended Acquire and Release on one
 // Locker, sequentially. Target: x2ping <= 1.15.
 func BenchmarkAcquireRelease(b *testing.B) {
-	benchSequential(b, func(ctx context.Context, l *guard.Locker) error {
-		le, err := l.Acquire(ctx, "bench")
-		if err != nil {
-			return err
-		}
-		return le.Release(ctx)
-	})
+	for _, n := range networks {
+		b.Run(n.name, func(b *testing.B) {
+			benchSequential(b, n.latency, func(ctx context.Context, l *guard.Locker) error {
+				le, err := l.Acquire(ctx, "bench")
+				if err != nil {
+					return err
+				}
+				return le.Release(ctx)
+			})
+		})
+	}
 }
 
 // BenchmarkWithLock is one uncontended WithLock with an empty job.
 // Target: x2ping <= 1.15.
 func BenchmarkWithLock(b *testing.B) {
 	noop := func(context.Context) error { return nil }
-	benchSequential(b, func(ctx context.Context, l *guard.Locker) error {
-		return l.WithLock(ctx, "bench", noop)
-	})
+	for _, n := range networks {
+		b.Run(n.name, func(b *testing.B) {
+			benchSequential(b, n.latency, func(ctx context.Context, l *guard.Locker) error {
+				return l.WithLock(ctx, "bench", noop)
+			})
+		})
+	}
 }
 
 const (
-	// handOffLockers is how many Lockers, each with its own client, the
-	// hand-off waiters are spread over, standing in for processes of a fleet.
-	handOffLockers = 4
 	// handOffRound is how many acquisitions a hand-off round makes, and
 	// handOffRoundPings how many PINGs are timed before each round.
 	handOffRound      = 1000
 	handOffRoundPings = 200
 )
 
-// BenchmarkHandOff has N waiters, spread round-robin over 4 Lockers with
-// separate clients, loop Acquire (default wait) → Release on one key until
+// BenchmarkHandOff has N waiters, spread round-robin over the Lockers, loop Acquire (default wait) → Release on one key until
 // b.N acquisitions are made in all; the job in between is empty. A hand-off
 // is timed from the start of the previous holder's Release call to the
 // return of the next holder's Acquire. The next holder may be the goroutine
@@ -175,9 +197,16 @@ const (
 // blocks between rounds of 1000 acquisitions; cmds/acq counts the commands
 // clients sent (see clientCommands). Targets: p50xping <= 4 and cmds/acq
 // <= 4 at 64 waiters.
+//
+// The waiters are spread over 1 Locker (one process) or 4 Lockers with
+// separate clients (a fleet of four). A release wakes the first waiter of
+// each process, so with 4 processes up to 4 retries follow each release.
 func BenchmarkHandOff(b *testing.B) {
-	for _, waiters := range []int{8, 64} {
-		b.Run("waiters="+strconv.Itoa(waiters), func(b *testing.B) { benchHandOff(b, waiters) })
+	for _, lockers := range []int{1, 4} {
+		for _, waiters := range []int{8, 64} {
+			name := fmt.Sprintf("lockers=%d/waiters=%d", lockers, waiters)
+			b.Run(name, func(b *testing.B) { benchHandOff(b, lockers, waiters) })
+		}
 	}
 }
 
@@ -198,7 +227,7 @@ type sample struct {
 	self bool
 }
 
-func benchHandOff(b *testing.B, waiters int) {
+func benchHandOff(b *testing.B, handOffLockers, waiters int) {
 	srv := redistest.Start(b)
 	counter := srv.Client(b)
 	lockers := make([]*guard.Locker, handOffLockers)
