@@ -14,6 +14,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -291,6 +292,11 @@ func benchHandOff(b *testing.B, handOffLockers, waiters int) {
 	b.ReportMetric(micros(percentile(all, 0.99)), "p99-µs")
 	b.ReportMetric(ratio(p50, 1, ping), "p50xping")
 	b.ReportMetric(float64(cmds)/float64(b.N), "cmds/acq")
+	if len(all) > 0 {
+		b.ReportMetric(float64(all[len(all)-1])/float64(time.Millisecond), "max-ms")
+		slow := len(all) - sort.Search(len(all), func(i int) bool { return all[i] >= 40*time.Millisecond })
+		b.ReportMetric(float64(slow), "over-40ms")
+	}
 	if len(all) > 0 {
 		b.ReportMetric(100*float64(len(all)-len(other))/float64(len(all)), "self%")
 	}

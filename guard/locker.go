@@ -20,6 +20,7 @@ import (
 // concurrent use; share one per process and Close it on shutdown.
 type Locker struct {
 	client  redis.UniversalClient
+	id      string // names this Locker in a lock's queue of waiting Lockers
 	cfg     config
 	log     *slog.Logger
 	obs     Observer
@@ -56,6 +57,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	log := cfg.logger
 	l := &Locker{
 		client:  client,
+		id:      rand.Text(),
 		cfg:     cfg,
 		log:     log,
 		obs:     cfg.observer,
@@ -126,7 +128,7 @@ func (l *Locker) releaseAll(holds []*hold) {
 	_, _ = call(ctx, l, func(ctx context.Context) (struct{}, error) {
 		pipe := l.client.Pipeline()
 		for _, h := range holds {
-			l.scripts.update.Eval(ctx, pipe, []string{h.keys.lock, h.keys.channel}, h.owner, 0, 0, l.publish)
+			l.scripts.update.Eval(ctx, pipe, h.keys.forUpdate(), h.owner, 0, 0, l.publish, l.id)
 		}
 		_, err := pipe.Exec(ctx)
 		return struct{}{}, err
@@ -368,7 +370,7 @@ func (l *Locker) acquireFresh(ctx, parent context.Context, key string, write boo
 			return nil, fmt.Errorf("%w: %q: %w after %v", ErrNotAcquired, key, errTimeout, lc.wait)
 		}
 		if w == nil {
-			w, err = l.notify.join(ctx, k.channel, write)
+			w, err = l.notify.join(ctx, k, write)
 			if err != nil {
 				return nil, err
 			}
@@ -401,7 +403,11 @@ func (l *Locker) tryAcquire(ctx context.Context, k keys, owner string, write boo
 	if write {
 		mode = "w"
 	}
-	args := []any{owner, ms(t.ttl), mode, ms(lc.minHold)}
+	register := l.id // a caller that will wait is woken by name
+	if lc.waitSet && lc.wait == 0 {
+		register = ""
+	}
+	args := []any{owner, ms(t.ttl), mode, ms(lc.minHold), register, ms(2 * t.ttl), l.publish}
 	start := time.Now()
 	rep, err := call(ctx, l, func(ctx context.Context) (acquireReply, error) {
 		return l.runAcquire(ctx, k, args, t)
@@ -409,7 +415,7 @@ func (l *Locker) tryAcquire(ctx context.Context, k keys, owner string, write boo
 		if err == nil && rep.acquired { // the caller gave up; don't leave the key held
 			ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
 			defer cancel()
-			l.scripts.update.Run(ctx, l.client, []string{k.lock, k.channel}, owner, 0, 0, l.publish)
+			l.scripts.update.Run(ctx, l.client, k.forUpdate(), owner, 0, 0, l.publish, l.idleOn(k))
 		}
 	})
 	l.obs.Event(ctx, EventRoundTrip, Info{Op: "acquire", Duration: time.Since(start), Err: err})
@@ -420,7 +426,7 @@ func (l *Locker) runAcquire(ctx context.Context, k keys, args []any, t timing) (
 	var vals []int64
 	var err error
 	if l.cfg.replicas == 0 {
-		vals, err = l.scripts.acquire.Run(ctx, l.client, []string{k.lock, k.fence}, args...).Int64Slice()
+		vals, err = l.scripts.acquire.Run(ctx, l.client, k.forAcquire(), args...).Int64Slice()
 	} else {
 		vals, err = l.acquireAcked(ctx, k, args)
 	}
@@ -441,7 +447,7 @@ func (l *Locker) runAcquire(ctx context.Context, k keys, args []any, t timing) (
 func (l *Locker) acquireAcked(ctx context.Context, k keys, args []any) ([]int64, error) {
 	for attempt := 0; ; attempt++ {
 		pipe := l.client.Pipeline()
-		acq := l.scripts.acquire.EvalSha(ctx, pipe, []string{k.lock, k.fence}, args...)
+		acq := l.scripts.acquire.EvalSha(ctx, pipe, k.forAcquire(), args...)
 		wait := pipe.Do(ctx, "WAIT", l.cfg.replicas, ms(l.cfg.replicaTimeout))
 		_, _ = pipe.Exec(ctx)
 		if isNoScript(acq.Err()) && attempt == 0 {
@@ -456,12 +462,21 @@ func (l *Locker) acquireAcked(ctx context.Context, k keys, args []any) ([]int64,
 		}
 		acked, err := wait.Int64()
 		if len(vals) == 2 && vals[0] == 1 && (err != nil || acked < int64(l.cfg.replicas)) {
-			l.scripts.update.Run(ctx, l.client, []string{k.lock, k.channel}, args[0], 0, 0, l.publish)
+			l.scripts.update.Run(ctx, l.client, k.forUpdate(), args[0], 0, 0, l.publish, l.idleOn(k))
 			return nil, fmt.Errorf("%w: %q: %d of %d replicas acknowledged within %v (%v)",
 				ErrNotAcquired, k.lock, acked, l.cfg.replicas, l.cfg.replicaTimeout, err)
 		}
 		return vals, nil
 	}
+}
+
+// idleOn returns the Locker's id when none of its acquisitions waits for
+// the lock, so that a release does not name it as the one to act.
+func (l *Locker) idleOn(k keys) string {
+	if l.notify.waiting(k.channel) {
+		return ""
+	}
+	return l.id
 }
 
 func ms(d time.Duration) int64 {
@@ -527,7 +542,7 @@ func (h *hold) end(cause error) bool {
 func (l *Locker) update(ctx context.Context, h *hold, writes, reads int) (int64, error) {
 	start := time.Now()
 	res, err := call(ctx, l, func(ctx context.Context) (int64, error) {
-		return l.scripts.update.Run(ctx, l.client, []string{h.keys.lock, h.keys.channel}, h.owner, writes, reads, l.publish).Int64()
+		return l.scripts.update.Run(ctx, l.client, h.keys.forUpdate(), h.owner, writes, reads, l.publish, l.idleOn(h.keys)).Int64()
 	}, nil)
 	l.obs.Event(h.obsCtx, EventRoundTrip, Info{Op: "release", Duration: time.Since(start), Err: err})
 	return res, redisError(h.key, err)

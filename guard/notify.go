@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,9 +13,12 @@ import (
 // notifier turns release messages into wake-ups for waiting acquisitions.
 // A Locker has one subscription connection (one per shard on Cluster, with
 // sharded pub/sub), shared by every waiter. Waiters on a channel queue in
-// order; a release wakes the first, not all of them, so a hand-off costs one
-// retry per process instead of a herd. A reader at the head wakes the
-// readers behind it too.
+// order. A Locker with waiters registers in the lock's zset of waiting
+// Lockers (acquire.lua), and a release names one of them (update.lua): that
+// Locker wakes its first waiter, the others stay asleep, so a hand-off costs
+// one retry in the whole fleet. If the named Locker does not take the key
+// within handOffGrace (it crashed, or its waiters just left), the others wake
+// their first waiter too. A reader at the head wakes the readers behind it.
 type notifier struct {
 	l     *Locker
 	mu    sync.Mutex
@@ -30,7 +34,9 @@ type shard struct {
 
 type channelState struct {
 	channel string
+	keys    keys
 	shard   *shard
+	backup  *time.Timer // wakes the first waiter if the named Locker does not act
 	ready   chan struct{} // closed when the server confirmed the subscription
 	live    bool          // confirmed at least once
 	seq     uint64        // messages and resubscriptions seen
@@ -41,6 +47,13 @@ type channelState struct {
 type mark struct {
 	st  *channelState
 	seq uint64
+}
+
+// waiting reports whether an acquisition of this Locker waits on channel.
+func (n *notifier) waiting(channel string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.chans[channel] != nil
 }
 
 // mark records the channel's state before an acquisition attempt.
@@ -65,6 +78,10 @@ func (n *notifier) quietSince(m mark) bool {
 	return m.st != nil && n.chans[m.st.channel] == m.st && m.st.seq == m.seq
 }
 
+// handOffGrace is how long a Locker that was not named in a release waits
+// for the named one to take the key before its own first waiter tries.
+const handOffGrace = 50 * time.Millisecond
+
 // waiter is one acquisition waiting for a key.
 type waiter struct {
 	n        *notifier
@@ -81,7 +98,8 @@ func newNotifier(l *Locker) *notifier {
 // join queues a waiter on channel and returns once the subscription is
 // confirmed, ctx is done or the request timeout passed; in the last two cases
 // the waiter still works, on its fallback timer.
-func (n *notifier) join(ctx context.Context, channel string, write bool) (*waiter, error) {
+func (n *notifier) join(ctx context.Context, k keys, write bool) (*waiter, error) {
+	channel := k.channel
 	w := &waiter{n: n, channel: channel, write: write, C: make(chan struct{}, 1)}
 	n.mu.Lock()
 	if n.l.isClosed() {
@@ -91,7 +109,7 @@ func (n *notifier) join(ctx context.Context, channel string, write bool) (*waite
 	st := n.chans[channel]
 	fresh := st == nil
 	if fresh {
-		st = &channelState{channel: channel, ready: make(chan struct{})}
+		st = &channelState{channel: channel, keys: k, ready: make(chan struct{})}
 		n.chans[channel] = st
 	}
 	st.waiters = append(st.waiters, w)
@@ -198,8 +216,9 @@ func (n *notifier) confirmed(channel string) {
 	}
 }
 
-// released wakes waiters for a message of update.lua: "read" lets readers
-// in; the others go to the first waiter (and the readers behind a reader).
+// released wakes waiters for a message of update.lua or acquire.lua: "read"
+// lets readers in; "taken" says a waiter got the key; the others name the
+// Locker whose first waiter (and the readers behind a reader) should try.
 func (n *notifier) released(channel, payload string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -208,14 +227,42 @@ func (n *notifier) released(channel, payload string) {
 		return
 	}
 	st.seq++
-	if len(st.waiters) == 0 {
-		return
-	}
-	if payload != "read" {
-		st.waiters[0].wake()
-		if st.waiters[0].write {
-			return
+	kind, target, _ := strings.Cut(payload, " ")
+	switch {
+	case kind == "taken":
+		if st.backup != nil {
+			st.backup.Stop()
 		}
+	case len(st.waiters) == 0:
+	case kind == "read":
+		for _, w := range st.waiters {
+			if !w.write {
+				w.wake()
+			}
+		}
+	case target == "" || target == n.l.id:
+		st.wakeFirst()
+	case st.backup == nil:
+		st.backup = time.AfterFunc(handOffGrace, func() { n.handOffMissed(st) })
+	default:
+		st.backup.Reset(handOffGrace)
+	}
+}
+
+// handOffMissed runs when the Locker named in a release did not take the key.
+func (n *notifier) handOffMissed(st *channelState) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.chans[st.channel] == st && len(st.waiters) > 0 {
+		st.wakeFirst()
+	}
+}
+
+// wakeFirst wakes the first waiter and, if it is a reader, every reader.
+func (st *channelState) wakeFirst() {
+	st.waiters[0].wake()
+	if st.waiters[0].write {
+		return
 	}
 	for _, w := range st.waiters {
 		if !w.write {
@@ -254,33 +301,50 @@ func (w *waiter) leave() {
 	last := len(st.waiters) == 0
 	if last {
 		delete(n.chans, w.channel)
+		if st.backup != nil {
+			st.backup.Stop()
+		}
 	}
 	n.mu.Unlock()
-	if last && st.shard != nil {
-		n.unsubscribe(w.channel, st.shard)
+	if last {
+		n.l.runner.run(func() { n.stopWaiting(st) })
 	}
 }
 
-func (n *notifier) unsubscribe(channel string, sh *shard) {
+// stopWaiting runs when the last waiter on a channel left: it unsubscribes
+// and takes the Locker out of the lock's waiting Lockers, so releases name
+// others. It holds subMu, and a new first waiter subscribes under subMu
+// before its retry registers again, so this never removes a newer
+// registration.
+func (n *notifier) stopWaiting(st *channelState) {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
 	n.mu.Lock()
-	again := n.chans[channel] != nil // a new waiter came; keep the subscription
+	again := n.chans[st.channel] != nil // a new waiter came; keep waiting
 	n.mu.Unlock()
 	if again || n.l.isClosed() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.l.cfg.requestTimeout)
 	defer cancel()
-	_, _ = call(ctx, n.l, func(ctx context.Context) (struct{}, error) {
+	if st.shard != nil {
 		if n.l.cluster {
-			return struct{}{}, sh.ps.SUnsubscribe(ctx, channel)
+			_ = st.shard.ps.SUnsubscribe(ctx, st.channel)
+		} else {
+			_ = st.shard.ps.Unsubscribe(ctx, st.channel)
 		}
-		return struct{}{}, sh.ps.Unsubscribe(ctx, channel)
-	}, nil)
+	}
+	_ = n.l.client.ZRem(ctx, st.keys.waiters, n.l.id).Err()
 }
 
 func (n *notifier) close() {
+	n.mu.Lock()
+	for _, st := range n.chans {
+		if st.backup != nil {
+			st.backup.Stop()
+		}
+	}
+	n.mu.Unlock()
 	n.subMu.Lock()
 	for _, sh := range n.subs {
 		_ = sh.ps.Close()

@@ -45,13 +45,17 @@ const (
 // keys are the Redis names of one lock; the {name} hash tag keeps them in
 // one Cluster slot.
 type keys struct {
-	lock, fence, channel string
+	lock, fence, channel, waiters string
 }
 
 func (l *Locker) keysFor(name string) keys {
 	base := l.cfg.prefix + "{" + name + "}"
-	return keys{lock: base, fence: base + ":fence", channel: base + ":released"}
+	return keys{lock: base, fence: base + ":fence", channel: base + ":released", waiters: base + ":waiters"}
 }
+
+// forAcquire and forUpdate are the KEYS of acquire.lua and update.lua.
+func (k keys) forAcquire() []string { return []string{k.lock, k.fence, k.waiters, k.channel} }
+func (k keys) forUpdate() []string  { return []string{k.lock, k.channel, k.waiters} }
 
 // redisError turns a Redis reply error into this package's errors.
 func redisError(key string, err error) error {

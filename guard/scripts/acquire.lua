@@ -1,8 +1,13 @@
 -- acquire.lua: a fresh hold, write or read.
--- KEYS[1] lock hash, KEYS[2] fencing counter (no TTL, same slot)
--- ARGV[1] owner id, ARGV[2] TTL ms, ARGV[3] 'w' or 'r', ARGV[4] MinHold ms
+-- KEYS[1] lock hash, KEYS[2] fencing counter (no TTL), KEYS[3] waiting Lockers
+-- (zset: Locker id -> registration expiry, server ms), KEYS[4] release channel
+-- ARGV[1] owner id, ARGV[2] TTL ms, ARGV[3] 'w' or 'r', ARGV[4] MinHold ms,
+-- ARGV[5] id of the Locker, to register when busy ('' for a caller that will
+-- not wait), ARGV[6] registration ms, ARGV[7] 'PUBLISH' or 'SPUBLISH'
 -- Returns {1, token} when acquired, {0, ms until the latest holder expires} when busy.
+-- Publishes 'taken' when it acquires a key that other Lockers are waiting for.
 local key, owner, ttl, mode, minhold = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local locker, registration, publish = ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local kind = redis.call('TYPE', key)['ok']
 local now = now_ms()
 local owners, latest, writer = 0, 0, false
@@ -15,6 +20,10 @@ elseif kind ~= 'none' then
   return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a lock')
 end
 if owners > 0 and (mode == 'w' or writer) then
+  if locker ~= '' then
+    redis.call('ZADD', KEYS[3], now + registration, locker)
+    extend_key(KEYS[3], registration)
+  end
   return {0, latest - now}
 end
 local token = redis.pcall('INCR', KEYS[2])
@@ -37,4 +46,8 @@ if owners == 0 then
 else
   extend_key(key, ttl)
 end
+-- Lockers other than this one may be timing a hand-off to the one a release named.
+local others = redis.call('ZCARD', KEYS[3])
+if others > 0 and locker ~= '' and redis.call('ZSCORE', KEYS[3], locker) then others = others - 1 end
+if others > 0 then redis.call(publish, KEYS[4], 'taken') end
 return {1, token}

@@ -1,15 +1,28 @@
 -- update.lua: set an owner's hold counts; re-entry, partial and final release.
 -- Counts are set, not incremented, so a retried call is harmless.
--- KEYS[1] lock hash, KEYS[2] release channel
--- ARGV[1] owner id, ARGV[2] write count, ARGV[3] read count, ARGV[4] 'PUBLISH' or 'SPUBLISH'
+-- KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] waiting Lockers (see acquire.lua)
+-- ARGV[1] owner id, ARGV[2] write count, ARGV[3] read count, ARGV[4] 'PUBLISH' or 'SPUBLISH',
+-- ARGV[5] id of the releasing Locker if it has no waiters of its own for this key, else ''
 -- Returns 1 when applied, 0 when the hold has expired, -1 when another owner holds the key.
 -- Publishes 'free' when the key is free, 'read' when only readers remain after a
 -- writer downgraded, 'linger' when a released hold is kept for MinHold, and
 -- 'held' when other owners still hold it (their expiry may be sooner than
--- the one a waiter is sleeping on).
+-- the one a waiter is sleeping on). All but 'read' name the Locker that should
+-- act: the registered one whose registration is oldest ('' when none is).
 local key, chan, owner = KEYS[1], KEYS[2], ARGV[1]
 local writes, reads, publish = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local now = now_ms()
+
+-- next_waiter names the Locker to wake: the live registration refreshed
+-- longest ago, other than a releaser that has nobody left waiting.
+local function next_waiter()
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, 1)) do
+    if id ~= ARGV[5] then return id end
+  end
+  return ''
+end
+
 local got = redis.call('HMGET', key, owner .. ':x', 'writer', owner .. ':m')
 local x, writer, keep = got[1], got[2], tonumber(got[3] or '0')
 if not x or tonumber(x) <= now then
@@ -38,7 +51,7 @@ if keep > now then
   redis.call('HDEL', key, owner, owner .. ':r')
   redis.call('HSET', key, owner .. ':x', keep)
   extend_key(key, keep - now)
-  redis.call(publish, chan, 'linger')
+  redis.call(publish, chan, 'linger ' .. next_waiter())
   return 1
 end
 -- Redis deletes the hash with its last field.
@@ -48,9 +61,9 @@ else
   redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m')
 end
 if redis.call('EXISTS', key) == 0 then
-  redis.call(publish, chan, 'free')
+  redis.call(publish, chan, 'free ' .. next_waiter())
 else
   -- Others still hold it; the first waiter re-reads how long they may.
-  redis.call(publish, chan, 'held')
+  redis.call(publish, chan, 'held ' .. next_waiter())
 end
 return 1
