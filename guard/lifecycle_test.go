@@ -219,3 +219,80 @@ func clientCommands(t testing.TB, c *redis.Client) int64 {
 	}
 	return n
 }
+
+func TestHandOffAcrossLockersWakesOne(t *testing.T) {
+	srv, ls := newLockers(t, 5)
+	client := srv.Client(t)
+	holder := mustAcquire(t, t.Context(), ls[0], "fleet")
+	const perLocker = 4
+	waiting := ls[1:]
+	got := make(chan *guard.Lease, len(waiting)*perLocker)
+	var wg sync.WaitGroup
+	for _, l := range waiting {
+		for range perLocker {
+			wg.Go(func() {
+				le, err := l.Acquire(t.Context(), "fleet", guard.Wait(20*time.Second))
+				if err != nil {
+					t.Errorf("waiter: %v", err)
+					return
+				}
+				got <- le
+			})
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	before := clientCommands(t, client)
+	mustRelease(t, holder)
+	n := len(waiting) * perLocker
+	for range n {
+		mustRelease(t, <-got)
+	}
+	wg.Wait()
+	cmds := clientCommands(t, client) - before
+	perAcquisition := float64(cmds) / float64(n)
+	t.Logf("%d hand-offs over %d Lockers: %d commands (%.1f per acquisition)", n, len(waiting), cmds, perAcquisition)
+	// A release plus one attempt per hand-off, and the Lockers' last
+	// waiters leaving (UNSUBSCRIBE, ZREM); waking every Locker would cost
+	// about 5 per hand-off here.
+	if perAcquisition > 3 {
+		t.Fatalf("%.1f commands per acquisition, want <= 3", perAcquisition)
+	}
+}
+
+func TestHandOffSurvivesDeadWaitingLocker(t *testing.T) {
+	// A Locker that crashed while waiting leaves its registration behind;
+	// a release that names it must still reach a live waiter, after the
+	// hand-off grace, not after the TTL.
+	srv, ls := newLockers(t, 2)
+	client := srv.Client(t)
+	holder := mustAcquire(t, t.Context(), ls[0], "ghost")
+	got := make(chan error, 1)
+	go func() {
+		le, err := ls[1].Acquire(t.Context(), "ghost", guard.Wait(20*time.Second))
+		if err == nil {
+			mustRelease(t, le)
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the waiter has registered
+	now, err := client.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Expiring sooner than the live waiter's registration, the ghost is the
+	// one a release names.
+	ghost := redis.Z{Score: float64(now.Add(10*time.Second).UnixMilli()), Member: "ghost-locker"}
+	if err := client.ZAdd(t.Context(), "guard:{ghost}:waiters", ghost).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	mustRelease(t, holder)
+	if err := <-got; err != nil {
+		t.Fatalf("live waiter: %v", err)
+	}
+	took := time.Since(start)
+	t.Logf("hand-off past a dead waiting Locker took %v", took)
+	if took > 2*time.Second {
+		t.Fatalf("hand-off took %v, want about the 50ms grace, far below the 30s TTL", took)
+	}
+}

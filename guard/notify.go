@@ -36,7 +36,7 @@ type channelState struct {
 	channel string
 	keys    keys
 	shard   *shard
-	backup  *time.Timer // wakes the first waiter if the named Locker does not act
+	backup  *time.Timer   // wakes the first waiter if the named Locker does not act
 	ready   chan struct{} // closed when the server confirmed the subscription
 	live    bool          // confirmed at least once
 	seq     uint64        // messages and resubscriptions seen
