@@ -192,7 +192,7 @@ func (hb *heartbeat) renewBatch(batch []*hold) {
 		switch {
 		case r.err != nil:
 			h.nextRenew = now.Add(h.timing.retryEvery())
-			l.obs.Event(h.obsCtx, EventRenewFailed, Info{Key: h.key, Token: h.token, Err: r.err})
+			l.obs.Event(h.obsCtx, EventRenewFailed, Info{Key: h.key, Name: h.name, Token: h.token, Err: r.err})
 		case r.res == resultOK:
 			if end := sent.Add(h.timing.ttl - h.timing.drift()); end.After(h.leaseEnd) {
 				h.leaseEnd = end

@@ -15,6 +15,7 @@ import (
 type hold struct {
 	l      *Locker
 	key    string
+	name   string // for observers: the Name option, or the key
 	keys   keys
 	owner  string // unguessable owner id, 128 random bits
 	token  int64

@@ -281,7 +281,7 @@ func TestHandOffSurvivesDeadWaitingLocker(t *testing.T) {
 	}
 	// Expiring sooner than the live waiter's registration, the ghost is the
 	// one a release names.
-	ghost := redis.Z{Score: float64(now.Add(10*time.Second).UnixMilli()), Member: "ghost-locker"}
+	ghost := redis.Z{Score: float64(now.Add(10 * time.Second).UnixMilli()), Member: "ghost-locker"}
 	if err := client.ZAdd(t.Context(), "guard:{ghost}:waiters", ghost).Err(); err != nil {
 		t.Fatal(err)
 	}

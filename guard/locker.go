@@ -171,9 +171,13 @@ func (l *Locker) run(ctx context.Context, key string, write bool, fn func(contex
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)
 	}
-	info := Info{Key: key, Write: write}
+	lc, err := newLockConfig(l.cfg.ttl, key, opts)
+	if err != nil {
+		return err
+	}
+	info := Info{Key: key, Name: lc.name, Attrs: lc.attrs, Write: write}
 	runCtx := l.obs.Begin(ctx, PhaseRun, info)
-	le, err := l.acquire(runCtx, key, write, opts)
+	le, err := l.acquireWith(runCtx, key, write, lc)
 	if err != nil {
 		info.Result, info.Err = acquireResult(err), err
 		l.obs.End(runCtx, PhaseRun, info)
@@ -219,23 +223,27 @@ func (l *Locker) checkKey(key string) error {
 }
 
 func (l *Locker) acquire(ctx context.Context, key string, write bool, opts []LockOption) (*Lease, error) {
-	if err := l.checkKey(key); err != nil {
+	lc, err := newLockConfig(l.cfg.ttl, key, opts)
+	if err != nil {
 		return nil, err
 	}
-	lc, err := newLockConfig(l.cfg.ttl, opts)
-	if err != nil {
+	return l.acquireWith(ctx, key, write, lc)
+}
+
+func (l *Locker) acquireWith(ctx context.Context, key string, write bool, lc lockConfig) (*Lease, error) {
+	if err := l.checkKey(key); err != nil {
 		return nil, err
 	}
 	if l.isClosed() {
 		return nil, ErrClosed
 	}
-	info := Info{Key: key, Write: write, TTL: lc.ttl}
+	info := Info{Key: key, Name: lc.name, Attrs: lc.attrs, Write: write, TTL: lc.ttl}
 	if h := holdIn(ctx, l, key); h != nil {
 		info.Reentrant, info.TTL, info.Token = true, h.timing.ttl, h.token
 		actx := l.obs.Begin(ctx, PhaseAcquire, info)
 		le, err := l.reenter(actx, h, write)
 		if le != nil || err != nil {
-			info.Result, info.Err = acquireResult(err), err
+			info.Result, info.Err, info.Attempts = acquireResult(err), err, 1
 			l.obs.End(actx, PhaseAcquire, info)
 			return le, err
 		}
@@ -248,7 +256,7 @@ func (l *Locker) acquire(ctx context.Context, key string, write bool, opts []Loc
 		return nil, err
 	}
 	actx := l.obs.Begin(ctx, PhaseAcquire, info)
-	le, err := l.acquireFresh(actx, ctx, key, write, lc, t)
+	le, err := l.acquireFresh(actx, ctx, key, write, lc, t, &info.Attempts)
 	info.Result, info.Err = acquireResult(err), err
 	if le != nil {
 		info.Token = le.h.token
@@ -330,7 +338,7 @@ type acquireReply struct {
 	remaining time.Duration // busy: until the latest holder's expiry
 }
 
-func (l *Locker) acquireFresh(ctx, parent context.Context, key string, write bool, lc lockConfig, t timing) (*Lease, error) {
+func (l *Locker) acquireFresh(ctx, parent context.Context, key string, write bool, lc lockConfig, t timing, attempts *int) (*Lease, error) {
 	owner := rand.Text() // 26 base32 characters: 130 random bits
 	k := l.keysFor(key)
 	var deadline time.Time
@@ -341,11 +349,12 @@ func (l *Locker) acquireFresh(ctx, parent context.Context, key string, write boo
 	defer func() {
 		if w != nil {
 			w.leave()
-			l.obs.Event(ctx, EventWaiting, Info{Key: key, Write: write, Delta: -1})
+			l.obs.Event(ctx, EventWaiting, Info{Key: key, Name: lc.name, Write: write, Delta: -1})
 		}
 	}()
 	for {
 		before := l.notify.mark(k.channel)
+		*attempts++
 		sent := time.Now()
 		rep, err := l.tryAcquire(ctx, k, owner, write, lc, t)
 		if err != nil {
@@ -358,7 +367,7 @@ func (l *Locker) acquireFresh(ctx, parent context.Context, key string, write boo
 			if w != nil {
 				w.acquired = true
 			}
-			return l.newHold(parent, key, k, owner, rep.token, write, t, sent)
+			return l.newHold(parent, key, k, owner, rep.token, write, lc, t, sent)
 		}
 		now := time.Now()
 		if lc.waitSet && !now.Before(deadline) {
@@ -374,7 +383,7 @@ func (l *Locker) acquireFresh(ctx, parent context.Context, key string, write boo
 			if err != nil {
 				return nil, err
 			}
-			l.obs.Event(ctx, EventWaiting, Info{Key: key, Write: write, Delta: +1})
+			l.obs.Event(ctx, EventWaiting, Info{Key: key, Name: lc.name, Write: write, Delta: +1})
 			if !l.notify.quietSince(before) {
 				continue // a release may have come between the attempt and the subscription
 			}
@@ -418,7 +427,7 @@ func (l *Locker) tryAcquire(ctx context.Context, k keys, owner string, write boo
 			l.scripts.update.Run(ctx, l.client, k.forUpdate(), owner, 0, 0, l.publish, l.idleOn(k))
 		}
 	})
-	l.obs.Event(ctx, EventRoundTrip, Info{Op: "acquire", Duration: time.Since(start), Err: err})
+	l.obs.Event(ctx, EventRoundTrip, Info{Key: k.lock, Name: lc.name, Op: "acquire", Duration: time.Since(start), Err: err})
 	return rep, redisError(k.lock, err)
 }
 
@@ -486,8 +495,8 @@ func ms(d time.Duration) int64 {
 	return d.Milliseconds()
 }
 
-func (l *Locker) newHold(parent context.Context, key string, k keys, owner string, token int64, write bool, t timing, sent time.Time) (*Lease, error) {
-	h := &hold{l: l, key: key, keys: k, owner: owner, token: token, timing: t, start: sent, index: -1}
+func (l *Locker) newHold(parent context.Context, key string, k keys, owner string, token int64, write bool, lc lockConfig, t timing, sent time.Time) (*Lease, error) {
+	h := &hold{l: l, key: key, name: lc.name, keys: k, owner: owner, token: token, timing: t, start: sent, index: -1}
 	h.ctx, h.cancel = context.WithCancelCause(withHold(context.WithoutCancel(parent), h))
 	h.obsCtx = context.WithoutCancel(parent)
 	if write {
@@ -507,7 +516,7 @@ func (l *Locker) newHold(parent context.Context, key string, k keys, owner strin
 	l.mu.Unlock()
 	l.hb.add(h)
 	l.log.Debug("guard: acquired", "key", key, "token", token, "write", write)
-	l.obs.Event(h.obsCtx, EventHeld, Info{Key: key, Write: write, TTL: t.ttl, Token: token, Delta: +1})
+	l.obs.Event(h.obsCtx, EventHeld, Info{Key: key, Name: h.name, Write: write, TTL: t.ttl, Token: token, Delta: +1})
 	return newLease(h, write, false), nil
 }
 
@@ -520,8 +529,8 @@ func (l *Locker) lose(h *hold, cause error) {
 	if !errors.Is(cause, ErrClosed) {
 		l.log.Error("guard: lease lost", "key", h.key, "token", h.token, "cause", cause)
 	}
-	l.obs.Event(h.obsCtx, EventLeaseLost, Info{Key: h.key, Token: h.token, Err: cause})
-	l.obs.Event(h.obsCtx, EventHeld, Info{Key: h.key, Token: h.token, Delta: -1, Result: "lost", Duration: time.Since(h.start)})
+	l.obs.Event(h.obsCtx, EventLeaseLost, Info{Key: h.key, Name: h.name, Token: h.token, Err: cause})
+	l.obs.Event(h.obsCtx, EventHeld, Info{Key: h.key, Name: h.name, Token: h.token, Delta: -1, Result: "lost", Duration: time.Since(h.start)})
 }
 
 // end stops the hold's heartbeat, cancels its context with cause and forgets
@@ -544,14 +553,14 @@ func (l *Locker) update(ctx context.Context, h *hold, writes, reads int) (int64,
 	res, err := call(ctx, l, func(ctx context.Context) (int64, error) {
 		return l.scripts.update.Run(ctx, l.client, h.keys.forUpdate(), h.owner, writes, reads, l.publish, l.idleOn(h.keys)).Int64()
 	}, nil)
-	l.obs.Event(h.obsCtx, EventRoundTrip, Info{Op: "release", Duration: time.Since(start), Err: err})
+	l.obs.Event(h.obsCtx, EventRoundTrip, Info{Key: h.key, Name: h.name, Op: "release", Duration: time.Since(start), Err: err})
 	return res, redisError(h.key, err)
 }
 
 // release ends one lease of a hold (Lease.Release).
 func (l *Locker) release(ctx context.Context, le *Lease) error {
 	h := le.h
-	info := Info{Key: h.key, Write: le.write, TTL: h.timing.ttl, Token: h.token, Reentrant: le.reentrant}
+	info := Info{Key: h.key, Name: h.name, Write: le.write, TTL: h.timing.ttl, Token: h.token, Reentrant: le.reentrant}
 	rctx := l.obs.Begin(ctx, PhaseRelease, info)
 	err := l.releaseLease(rctx, le)
 	info.Err = err
@@ -593,7 +602,7 @@ func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 		return fmt.Errorf("%w: %q expired before it was released", ErrNotHeld, h.key)
 	case final:
 		if h.end(ErrReleased) {
-			l.obs.Event(h.obsCtx, EventHeld, Info{Key: h.key, Token: h.token, Delta: -1, Result: "released", Duration: time.Since(h.start)})
+			l.obs.Event(h.obsCtx, EventHeld, Info{Key: h.key, Name: h.name, Token: h.token, Delta: -1, Result: "released", Duration: time.Since(h.start)})
 		}
 		if err != nil {
 			l.log.Warn("guard: release failed; the key expires within its TTL", "key", h.key, "err", err)

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"log/slog"
 	"time"
 )
 
@@ -41,6 +42,8 @@ const (
 // to a phase or event are zero.
 type Info struct {
 	Key       string        // the lock key, as given by the caller
+	Name      string        // low-cardinality name for metrics (Name option; default: Key)
+	Attrs     []slog.Attr   // attributes the caller gave (Attrs option)
 	Write     bool          // write lease (false: read lease)
 	TTL       time.Duration // lease TTL
 	Token     int64         // fencing token, once acquired
@@ -52,6 +55,7 @@ type Info struct {
 	Op       string        // EventRoundTrip: "acquire", "renew" or "release"
 	Duration time.Duration // EventRoundTrip: the round trip; EventHeld(-1): the hold
 	Renewals int           // renewals that succeeded during the hold (end of run)
+	Attempts int           // PhaseAcquire: acquire requests sent
 	Delta    int           // EventHeld and EventWaiting: +1 or -1
 	Err      error         // the failure, if any
 }

@@ -163,6 +163,8 @@ type lockConfig struct {
 	waitSet bool
 	ttl     time.Duration
 	minHold time.Duration
+	name    string
+	attrs   []slog.Attr
 }
 
 // Wait bounds how long an acquisition waits for a busy key. 0 means try
@@ -182,8 +184,19 @@ func TTL(d time.Duration) LockOption { return func(c *lockConfig) { c.ttl = d } 
 // the server's clock. Default: 0. Must be >= 0.
 func MinHold(d time.Duration) LockOption { return func(c *lockConfig) { c.minHold = d } }
 
-func newLockConfig(def time.Duration, opts []LockOption) (lockConfig, error) {
-	c := lockConfig{ttl: def}
+// Name sets the name observers report the lock under, for metrics: keep
+// it low in cardinality ("nightly-report", a task type, a route), unlike a
+// key that carries an id. Default: the key.
+func Name(n string) LockOption { return func(c *lockConfig) { c.name = n } }
+
+// Attrs adds attributes that observers attach to the run (a tracer: to its
+// span), such as the route an HTTP adapter guards.
+func Attrs(attrs ...slog.Attr) LockOption {
+	return func(c *lockConfig) { c.attrs = append(c.attrs, attrs...) }
+}
+
+func newLockConfig(def time.Duration, key string, opts []LockOption) (lockConfig, error) {
+	c := lockConfig{ttl: def, name: key}
 	for _, o := range opts {
 		if o == nil {
 			return c, fmt.Errorf("%w: nil lock option", ErrInvalid)

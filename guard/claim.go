@@ -1,0 +1,58 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Claim stores value under key for ttl unless a value is stored there
+// already, and reports whether this call stored it: a fleet-wide "first one
+// wins" marker that expires by itself. The cron adapter claims each tick
+// with it; the queue and HTTP adapters record finished work. A claim lives
+// beside the lock of the same key (same Cluster slot) and never blocks it.
+// The ttl must be positive; it is counted on the server.
+func (l *Locker) Claim(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
+	if err := l.checkClaim(key); err != nil {
+		return false, err
+	}
+	if ttl <= 0 {
+		return false, fmt.Errorf("%w: claim TTL %v must be positive", ErrInvalid, ttl)
+	}
+	k := l.claimKey(key)
+	stored, err := call(ctx, l, func(ctx context.Context) (bool, error) {
+		return l.client.SetNX(ctx, k, value, ttl).Result()
+	}, nil)
+	return stored, redisError(k, err)
+}
+
+// Claimed returns the value that Claim stored under key, and whether one is
+// stored (it may have expired).
+func (l *Locker) Claimed(ctx context.Context, key string) ([]byte, bool, error) {
+	if err := l.checkClaim(key); err != nil {
+		return nil, false, err
+	}
+	k := l.claimKey(key)
+	value, err := call(ctx, l, func(ctx context.Context) ([]byte, error) {
+		return l.client.Get(ctx, k).Bytes()
+	}, nil)
+	if errors.Is(err, redis.Nil) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, redisError(k, err)
+	}
+	return value, true, nil
+}
+
+func (l *Locker) checkClaim(key string) error {
+	if l.isClosed() {
+		return ErrClosed
+	}
+	return l.checkKey(key)
+}
+
+func (l *Locker) claimKey(key string) string { return l.keysFor(key).lock + ":claim" }

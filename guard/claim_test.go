@@ -1,0 +1,66 @@
+package guard_test
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jobguard/jobguard/guard"
+)
+
+func TestClaimOnceAcrossLockers(t *testing.T) {
+	_, ls := newLockers(t, 4)
+	var winners atomic.Int32
+	var wg sync.WaitGroup
+	for i, l := range ls {
+		wg.Go(func() {
+			ok, err := l.Claim(t.Context(), "tick-42", []byte{byte('a' + i)}, time.Second)
+			if err != nil {
+				t.Errorf("Claim: %v", err)
+			}
+			if ok {
+				winners.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if winners.Load() != 1 {
+		t.Fatalf("%d Lockers claimed the same key, want 1", winners.Load())
+	}
+	v, ok, err := ls[0].Claimed(t.Context(), "tick-42")
+	if err != nil || !ok || len(v) != 1 {
+		t.Fatalf("Claimed = %q, %v, %v; want the winner's value", v, ok, err)
+	}
+	// A claim never blocks the lock of the same key.
+	le := mustAcquire(t, t.Context(), ls[1], "tick-42", guard.Wait(0))
+	mustRelease(t, le)
+}
+
+func TestClaimExpires(t *testing.T) {
+	_, ls := newLockers(t, 1)
+	if ok, err := ls[0].Claim(t.Context(), "short", []byte("x"), 100*time.Millisecond); !ok || err != nil {
+		t.Fatalf("Claim = %v, %v", ok, err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, ok, err := ls[0].Claimed(t.Context(), "short"); ok || err != nil {
+		t.Fatalf("Claimed after expiry = %v, %v; want nothing", ok, err)
+	}
+	if ok, err := ls[0].Claim(t.Context(), "short", []byte("y"), time.Second); !ok || err != nil {
+		t.Fatalf("Claim after expiry = %v, %v; want stored", ok, err)
+	}
+}
+
+func TestClaimRejectsBadInput(t *testing.T) {
+	_, ls := newLockers(t, 1)
+	if _, err := ls[0].Claim(t.Context(), "", nil, time.Second); !errors.Is(err, guard.ErrInvalid) {
+		t.Errorf("empty key: err = %v, want ErrInvalid", err)
+	}
+	if _, err := ls[0].Claim(t.Context(), "k", nil, 0); !errors.Is(err, guard.ErrInvalid) {
+		t.Errorf("zero TTL: err = %v, want ErrInvalid", err)
+	}
+	if _, _, err := ls[0].Claimed(t.Context(), "a}b"); !errors.Is(err, guard.ErrInvalid) {
+		t.Errorf("bad key: err = %v, want ErrInvalid", err)
+	}
+}
