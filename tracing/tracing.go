@@ -1,0 +1,308 @@
+// Package tracing reports every guard lock operation to OpenTelemetry.
+//
+//	locker, err := guard.New(client, guard.WithObserver(tracing.New()))
+//
+// A WithLock becomes a span "jobguard.run" (the job's own spans are its
+// children) with children "jobguard.lock.acquire" (the whole wait) and
+// "jobguard.lock.release". Renewals are not spans: a failed renewal and a
+// lost lease are events on the run span, and a lost lease sets its status
+// to Error. A run skipped because the key was busy leaves the status Unset.
+//
+// Metrics: jobguard.lock.acquire.duration, jobguard.lock.hold.duration and
+// jobguard.lock.operation.duration (histograms, seconds) and
+// jobguard.lock.count (up-down counter of waiting and held leases). They
+// carry the low-cardinality jobguard.lock.name (guard.Name; the key by
+// default), never the key.
+//
+// This is the only package of jobguard that imports OpenTelemetry.
+package tracing
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jobguard/jobguard/guard"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the instrumentation scope of the tracer and meter.
+const ScopeName = "github.com/jobguard/jobguard/tracing"
+
+// Span, event and attribute names.
+const (
+	spanRun     = "jobguard.run"
+	spanAcquire = "jobguard.lock.acquire"
+	spanRelease = "jobguard.lock.release"
+
+	eventRenewFailed = "jobguard.lock.renew_failed"
+	eventLost        = "jobguard.lock.lost"
+
+	attrKey       = attribute.Key("jobguard.lock.key")
+	attrName      = attribute.Key("jobguard.lock.name")
+	attrTTL       = attribute.Key("jobguard.lock.ttl")
+	attrToken     = attribute.Key("jobguard.lock.fencing_token")
+	attrReentrant = attribute.Key("jobguard.lock.reentrant")
+	attrMode      = attribute.Key("jobguard.lock.mode")
+	attrResult    = attribute.Key("jobguard.lock.acquire.result")
+	attrAttempts  = attribute.Key("jobguard.lock.acquire.attempts")
+	attrRenewals  = attribute.Key("jobguard.lock.renewals")
+	attrHold      = attribute.Key("jobguard.lock.hold.result")
+	attrOperation = attribute.Key("jobguard.lock.operation")
+	attrState     = attribute.Key("jobguard.lock.state")
+	attrErrorType = attribute.Key("error.type")
+)
+
+// Option configures New.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	tp trace.TracerProvider
+	mp metric.MeterProvider
+}
+
+// WithTracerProvider sets the tracer provider. Default: otel.GetTracerProvider().
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) { c.tp = tp })
+}
+
+// WithMeterProvider sets the meter provider. Default: otel.GetMeterProvider().
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) { c.mp = mp })
+}
+
+// observer implements guard.Observer.
+type observer struct {
+	tracer      trace.Tracer
+	acquireTime metric.Float64Histogram
+	holdTime    metric.Float64Histogram
+	opTime      metric.Float64Histogram
+	count       metric.Int64UpDownCounter
+	sets        sync.Map // setKey -> metric.MeasurementOption, so a hot path builds no attribute set
+}
+
+// setKey names the attributes of one metric series: the lock name and one
+// more attribute.
+type setKey struct {
+	name string
+	key  attribute.Key
+	val  string
+	err  string // error.type, if any
+}
+
+// attrs returns the cached option carrying the series' attributes. The
+// lock name is low in cardinality by contract, so the cache stays small.
+func (o *observer) attrs(k setKey) metric.MeasurementOption {
+	if v, ok := o.sets.Load(k); ok {
+		return v.(metric.MeasurementOption)
+	}
+	kvs := []attribute.KeyValue{k.key.String(k.val)}
+	if k.name != "" {
+		kvs = append(kvs, attrName.String(k.name))
+	}
+	if k.err != "" {
+		kvs = append(kvs, attrErrorType.String(k.err))
+	}
+	opt := metric.WithAttributeSet(attribute.NewSet(kvs...))
+	v, _ := o.sets.LoadOrStore(k, opt)
+	return v.(metric.MeasurementOption)
+}
+
+// New returns an Observer for guard.WithObserver. Providers not given are
+// the global ones, resolved now.
+func New(opts ...Option) guard.Observer {
+	var c config
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	if c.tp == nil {
+		c.tp = otel.GetTracerProvider()
+	}
+	if c.mp == nil {
+		c.mp = otel.GetMeterProvider()
+	}
+	meter := c.mp.Meter(ScopeName)
+	o := &observer{tracer: c.tp.Tracer(ScopeName)}
+	// Instrument errors only come from invalid names or options, which are
+	// constants here; the API returns a working no-op instrument with them.
+	o.acquireTime, _ = meter.Float64Histogram("jobguard.lock.acquire.duration",
+		metric.WithUnit("s"), metric.WithDescription("Time from asking for a lock to getting it or giving up."),
+		metric.WithExplicitBucketBoundaries(waitBuckets...))
+	o.holdTime, _ = meter.Float64Histogram("jobguard.lock.hold.duration",
+		metric.WithUnit("s"), metric.WithDescription("Time a lease was held, until released or lost."),
+		metric.WithExplicitBucketBoundaries(holdBuckets...))
+	o.opTime, _ = meter.Float64Histogram("jobguard.lock.operation.duration",
+		metric.WithUnit("s"), metric.WithDescription("Round trip of one acquire, renew or release request."),
+		metric.WithExplicitBucketBoundaries(roundTripBuckets...))
+	o.count, _ = meter.Int64UpDownCounter("jobguard.lock.count",
+		metric.WithUnit("{lock}"), metric.WithDescription("Leases held and acquisitions waiting."))
+	return o
+}
+
+var (
+	roundTripBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
+	waitBuckets      = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	holdBuckets      = []float64{0.001, 0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600}
+)
+
+// phase is what Begin leaves in the context for End.
+type phase struct {
+	span  trace.Span
+	start time.Time
+}
+
+type phaseKey struct{}
+
+func (o *observer) Begin(ctx context.Context, p guard.Phase, info guard.Info) context.Context {
+	name := spanRelease
+	switch p {
+	case guard.PhaseRun:
+		name = spanRun
+	case guard.PhaseAcquire:
+		name = spanAcquire
+	}
+	attrs := []attribute.KeyValue{attrKey.String(info.Key), attrName.String(info.Name), attrMode.String(mode(info))}
+	if p == guard.PhaseRun {
+		attrs = append(attrs, fromSlog(info.Attrs)...)
+	}
+	ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	return context.WithValue(ctx, phaseKey{}, &phase{span: span, start: time.Now()})
+}
+
+func (o *observer) End(ctx context.Context, p guard.Phase, info guard.Info) {
+	ph, _ := ctx.Value(phaseKey{}).(*phase)
+	if ph == nil {
+		return
+	}
+	span := ph.span
+	switch p {
+	case guard.PhaseAcquire:
+		span.SetAttributes(attrResult.String(info.Result), attrReentrant.Bool(info.Reentrant),
+			attrTTL.Float64(info.TTL.Seconds()), attrAttempts.Int(info.Attempts), attrToken.Int64(info.Token))
+		if info.Result == "error" {
+			failed(span, info.Err)
+		}
+		o.acquireTime.Record(ctx, time.Since(ph.start).Seconds(),
+			o.attrs(setKey{name: info.Name, key: attrResult, val: info.Result}))
+	case guard.PhaseRun:
+		switch info.Result {
+		case "busy", "timeout", "canceled": // skipped, not failed
+			span.SetAttributes(attrResult.String(info.Result))
+		default:
+			span.SetAttributes(attrReentrant.Bool(info.Reentrant), attrRenewals.Int(info.Renewals),
+				attrToken.Int64(info.Token), attrTTL.Float64(info.TTL.Seconds()))
+			if info.Err != nil {
+				failed(span, info.Err)
+			}
+		}
+	case guard.PhaseRelease:
+		if info.Err != nil {
+			failed(span, info.Err)
+		}
+	}
+	span.End()
+}
+
+func (o *observer) Event(ctx context.Context, k guard.EventKind, info guard.Info) {
+	switch k {
+	case guard.EventRoundTrip:
+		k := setKey{name: info.Name, key: attrOperation, val: info.Op}
+		if info.Err != nil {
+			k.err = ErrorType(info.Err)
+		}
+		o.opTime.Record(ctx, info.Duration.Seconds(), o.attrs(k))
+	case guard.EventRenewFailed:
+		trace.SpanFromContext(ctx).AddEvent(eventRenewFailed, trace.WithAttributes(
+			attrErrorType.String(ErrorType(info.Err))))
+	case guard.EventLeaseLost:
+		trace.SpanFromContext(ctx).AddEvent(eventLost, trace.WithAttributes(
+			attrErrorType.String(ErrorType(info.Err))))
+	case guard.EventHeld:
+		o.count.Add(ctx, int64(info.Delta), o.attrs(setKey{name: info.Name, key: attrState, val: "held"}))
+		if info.Delta < 0 {
+			o.holdTime.Record(ctx, info.Duration.Seconds(), o.attrs(setKey{name: info.Name, key: attrHold, val: info.Result}))
+		}
+	case guard.EventWaiting:
+		o.count.Add(ctx, int64(info.Delta), o.attrs(setKey{name: info.Name, key: attrState, val: "waiting"}))
+	}
+}
+
+func failed(span trace.Span, err error) {
+	span.SetStatus(codes.Error, err.Error())
+	span.SetAttributes(attrErrorType.String(ErrorType(err)))
+}
+
+func mode(info guard.Info) string {
+	if info.Write {
+		return "write"
+	}
+	return "read"
+}
+
+// ErrorType returns the stable error.type value for err: the name of the
+// guard sentinel it matches ("lease_lost", "not_acquired", ...),
+// "canceled" or "deadline_exceeded" for context errors, and "_OTHER" for
+// anything else (such as the job's own error).
+func ErrorType(err error) string {
+	for _, e := range errorTypes {
+		if errors.Is(err, e.err) {
+			return e.name
+		}
+	}
+	return "_OTHER"
+}
+
+// errorTypes is ordered: a lost lease also wraps ErrClosed when Close
+// caused it, and a failed wait wraps the context's error.
+var errorTypes = []struct {
+	err  error
+	name string
+}{
+	{guard.ErrLeaseLost, "lease_lost"},
+	{guard.ErrNotAcquired, "not_acquired"},
+	{guard.ErrNotHeld, "not_held"},
+	{guard.ErrUpgrade, "upgrade"},
+	{guard.ErrClosed, "closed"},
+	{guard.ErrWrongType, "wrong_type"},
+	{guard.ErrInvalid, "invalid"},
+	{context.Canceled, "canceled"},
+	{context.DeadlineExceeded, "deadline_exceeded"},
+}
+
+// fromSlog turns the attributes an adapter passed with guard.Attrs into
+// span attributes.
+func fromSlog(attrs []slog.Attr) []attribute.KeyValue {
+	out := make([]attribute.KeyValue, 0, len(attrs))
+	for _, a := range attrs {
+		v := a.Value.Resolve()
+		switch v.Kind() {
+		case slog.KindString:
+			out = append(out, attribute.String(a.Key, v.String()))
+		case slog.KindInt64:
+			out = append(out, attribute.Int64(a.Key, v.Int64()))
+		case slog.KindUint64:
+			out = append(out, attribute.Int64(a.Key, int64(v.Uint64())))
+		case slog.KindFloat64:
+			out = append(out, attribute.Float64(a.Key, v.Float64()))
+		case slog.KindBool:
+			out = append(out, attribute.Bool(a.Key, v.Bool()))
+		case slog.KindDuration:
+			out = append(out, attribute.Float64(a.Key, v.Duration().Seconds()))
+		default:
+			out = append(out, attribute.String(a.Key, v.String()))
+		}
+	}
+	return out
+}
