@@ -161,6 +161,7 @@ var (
 type phase struct {
 	span  trace.Span
 	start time.Time
+	run   bool
 }
 
 type phaseKey struct{}
@@ -173,12 +174,20 @@ func (o *observer) Begin(ctx context.Context, p guard.Phase, info guard.Info) co
 	case guard.PhaseAcquire:
 		name = spanAcquire
 	}
-	attrs := []attribute.KeyValue{attrKey.String(info.Key), attrName.String(info.Name), attrMode.String(mode(info))}
-	if p == guard.PhaseRun {
-		attrs = append(attrs, fromSlog(info.Attrs)...)
+	// The run span describes the lock; its children add only what is theirs.
+	parent, _ := ctx.Value(phaseKey{}).(*phase)
+	var start []trace.SpanStartOption
+	if p == guard.PhaseRun || parent == nil || !parent.run {
+		attrs := make([]attribute.KeyValue, 0, 3+len(info.Attrs))
+		attrs = append(attrs, attrKey.String(info.Key), attrName.String(info.Name), attrMode.String(mode(info)))
+		if p == guard.PhaseRun {
+			attrs = append(attrs, fromSlog(info.Attrs)...)
+		}
+		start = append(start, trace.WithAttributes(attrs...))
 	}
-	ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
-	return context.WithValue(ctx, phaseKey{}, &phase{span: span, start: time.Now()})
+	start = append(start, trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, span := o.tracer.Start(ctx, name, start...)
+	return context.WithValue(ctx, phaseKey{}, &phase{span: span, start: time.Now(), run: p == guard.PhaseRun})
 }
 
 func (o *observer) End(ctx context.Context, p guard.Phase, info guard.Info) {
@@ -189,8 +198,12 @@ func (o *observer) End(ctx context.Context, p guard.Phase, info guard.Info) {
 	span := ph.span
 	switch p {
 	case guard.PhaseAcquire:
-		span.SetAttributes(attrResult.String(info.Result), attrReentrant.Bool(info.Reentrant),
-			attrTTL.Float64(info.TTL.Seconds()), attrAttempts.Int(info.Attempts), attrToken.Int64(info.Token))
+		if info.Token != 0 {
+			span.SetAttributes(attrResult.String(info.Result), attrAttempts.Int(info.Attempts),
+				attrToken.Int64(info.Token), attrReentrant.Bool(info.Reentrant))
+		} else {
+			span.SetAttributes(attrResult.String(info.Result), attrAttempts.Int(info.Attempts))
+		}
 		if info.Result == "error" {
 			failed(span, info.Err)
 		}
