@@ -69,6 +69,13 @@ func (hb *heartbeat) remove(h *hold) {
 	hb.mu.Unlock()
 }
 
+// leaseEnd returns h's safe end as the heartbeat last moved it.
+func (hb *heartbeat) leaseEnd(h *hold) time.Time {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return h.leaseEnd
+}
+
 func (hb *heartbeat) renewals(h *hold) int {
 	hb.mu.Lock()
 	defer hb.mu.Unlock()

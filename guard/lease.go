@@ -79,11 +79,15 @@ func (le *Lease) Context() context.Context { return le.ctx }
 // hold is released (after MinHold, if set). Release stops the heartbeat
 // before it returns. It returns ErrNotHeld if the lease was already released,
 // has expired, or is now held by another owner; the message tells which.
-// Release honours ctx and is bounded by the request timeout.
+//
+// Release runs detached from ctx's cancellation, so that a deferred Release
+// with a context canceled by shutdown still frees the key; it uses ctx's
+// values and is bounded by the request timeout. If it cannot reach Redis,
+// the lease is still over and the key expires within its TTL.
 func (le *Lease) Release(ctx context.Context) error {
 	err := fmt.Errorf("%w: lease on %q already released", ErrNotHeld, le.h.key)
 	le.once.Do(func() {
-		err = le.h.l.release(ctx, le)
+		err = le.h.l.release(context.WithoutCancel(ctx), le)
 		le.cancel(ErrReleased)
 	})
 	return err

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/internal/faultproxy"
+	"github.com/jobguard/jobguard/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -124,28 +126,41 @@ func TestCloseReleasesHeldLeases(t *testing.T) {
 }
 
 func TestReleaseTellsExpiredFromTaken(t *testing.T) {
-	srv, ls := newLockers(t, 2, guard.WithTTL(time.Second))
-	client := srv.Client(t)
+	const ttl = 600 * time.Millisecond
+	for _, tc := range []struct {
+		name     string
+		takeOver bool
+		want     string
+	}{
+		{"expired", false, "the key expired"},
+		{"taken", true, "now held by another owner"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			proxy := faultproxy.New(t, srv.Addr())
+			client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
+			defer client.Close()
+			l, err := guard.New(client, guard.WithTTL(ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			other := newLocker(t, srv.Addr())
 
-	le := mustAcquire(t, t.Context(), ls[0], "gone")
-	if err := client.Del(t.Context(), "guard:{gone}").Err(); err != nil {
-		t.Fatal(err)
+			le := mustAcquire(t, t.Context(), l, "gone")
+			proxy.Blackhole(true)
+			<-le.Context().Done() // told in time...
+			time.Sleep(ttl)       // ...and then the key really expired
+			if tc.takeOver {
+				defer mustRelease(t, mustAcquire(t, t.Context(), other, "gone", guard.Wait(0)))
+			}
+			proxy.Blackhole(false)
+			err = le.Release(t.Context())
+			if !errors.Is(err, guard.ErrNotHeld) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Release: err = %v, want ErrNotHeld saying %q", err, tc.want)
+			}
+		})
 	}
-	err := le.Release(t.Context())
-	if !errors.Is(err, guard.ErrNotHeld) || !strings.Contains(err.Error(), "expired") {
-		t.Fatalf("release of a deleted key: err = %v, want ErrNotHeld (expired)", err)
-	}
-
-	le = mustAcquire(t, t.Context(), ls[0], "taken")
-	if err := client.Del(t.Context(), "guard:{taken}").Err(); err != nil {
-		t.Fatal(err)
-	}
-	le2 := mustAcquire(t, t.Context(), ls[1], "taken", guard.Wait(0))
-	err = le.Release(t.Context())
-	if !errors.Is(err, guard.ErrNotHeld) || !strings.Contains(err.Error(), "another owner") {
-		t.Fatalf("release of a key taken over: err = %v, want ErrNotHeld (another owner)", err)
-	}
-	mustRelease(t, le2)
 }
 
 func TestHandOffWithoutPolling(t *testing.T) {

@@ -357,6 +357,9 @@ func (l *Locker) acquireFresh(ctx, parent context.Context, key string, write boo
 		*attempts++
 		sent := time.Now()
 		rep, err := l.tryAcquire(ctx, k, owner, write, lc, t)
+		if w != nil && err == nil {
+			w.woken = false // the attempt saw the key after the wake-up
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, err)
@@ -395,6 +398,7 @@ func (l *Locker) acquireFresh(ctx, parent context.Context, key string, write boo
 		timer := time.NewTimer(sleep)
 		select {
 		case <-w.C:
+			w.woken = true
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
@@ -428,6 +432,16 @@ func (l *Locker) tryAcquire(ctx context.Context, k keys, owner string, write boo
 		}
 	})
 	l.obs.Event(ctx, EventRoundTrip, Info{Key: k.lock, Name: lc.name, Op: "acquire", Duration: time.Since(start), Err: err})
+	var reply redis.Error
+	if err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) && !errors.As(err, &reply) {
+		// A transport error: the script may have run and its reply been
+		// lost, leaving a hold nobody renews. Free it rather than wait a TTL.
+		l.runner.run(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+			defer cancel()
+			l.scripts.update.Run(ctx, l.client, k.forUpdate(), owner, 0, 0, l.publish, l.idleOn(k))
+		})
+	}
 	return rep, redisError(k.lock, err)
 }
 
@@ -583,15 +597,32 @@ func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 	ctx, cancel := context.WithTimeout(ctx, h.timing.timeout)
 	defer cancel()
 	if h.over.Load() {
-		if final { // the key may still be ours on the server; free it for the next owner
-			_, _ = l.update(ctx, h, 0, 0)
+		var state string
+		if final && !l.isClosed() { // the key may still be ours on the server; free it for the next owner
+			res, err := l.update(ctx, h, 0, 0)
+			switch {
+			case err != nil:
+			case res == resultOK:
+				state = "; it was still held and is now released"
+			case res == resultTaken:
+				state = "; the key is now held by another owner"
+			default:
+				state = "; the key expired"
+			}
 		}
-		return fmt.Errorf("%w: lease on %q: %w", ErrNotHeld, h.key, context.Cause(h.ctx))
+		return fmt.Errorf("%w: lease on %q: %w%s", ErrNotHeld, h.key, context.Cause(h.ctx), state)
 	}
 	if final {
 		l.hb.remove(h) // no renewal is sent after this point
 	}
+	leaseEnd, sent := l.hb.leaseEnd(h), time.Now()
 	res, err := l.updateRetrying(ctx, h, writes, reads)
+	if err == nil && res != resultOK && final && sent.Before(leaseEnd) {
+		// Before its safe end the hold can neither have expired nor been
+		// taken: an earlier try of this release (a reply lost, the command
+		// retried by go-redis) is what freed it.
+		res = resultOK
+	}
 	switch {
 	case err == nil && res != resultOK:
 		cause := lostCause(h.key, res)
@@ -617,19 +648,15 @@ func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 
 // updateRetrying retries update.lua on transport errors until ctx is done.
 // The script sets counts rather than adding to them, so a retry after a reply
-// that was lost is harmless; if that retry finds the hold already gone after
-// a final release, the first attempt is what freed it.
+// that was lost is harmless.
 func (l *Locker) updateRetrying(ctx context.Context, h *hold, writes, reads int) (int64, error) {
 	backoff := 10 * time.Millisecond
-	for attempt := 0; ; attempt++ {
+	for {
 		res, err := l.update(ctx, h, writes, reads)
 		if err == nil {
-			if attempt > 0 && res == resultExpired && writes == 0 && reads == 0 {
-				return resultOK, nil
-			}
 			return res, nil
 		}
-		if errors.Is(err, ErrWrongType) || ctx.Err() != nil {
+		if errors.Is(err, ErrWrongType) || errors.Is(err, ErrClosed) || ctx.Err() != nil {
 			return 0, err
 		}
 		select {

@@ -89,6 +89,9 @@ type waiter struct {
 	write    bool
 	C        chan struct{} // a wake-up: try again
 	acquired bool
+	// woken is set when a wake-up was taken from C and no attempt has been
+	// answered since: if the waiter leaves then, the wake-up goes on.
+	woken bool
 }
 
 func newNotifier(l *Locker) *notifier {
@@ -134,13 +137,16 @@ func (n *notifier) join(ctx context.Context, k keys, write bool) (*waiter, error
 func (n *notifier) subscribe(ctx context.Context, channel string, st *channelState) error {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
-	sh, err := n.shardFor(ctx, channel)
+	sh, subscribed, err := n.shardFor(ctx, channel)
 	if err != nil {
 		return err
 	}
 	n.mu.Lock()
 	st.shard = sh
 	n.mu.Unlock()
+	if subscribed {
+		return nil
+	}
 	_, err = call(ctx, n.l, func(ctx context.Context) (struct{}, error) {
 		if n.l.cluster {
 			return struct{}{}, sh.ps.SSubscribe(ctx, channel)
@@ -151,21 +157,22 @@ func (n *notifier) subscribe(ctx context.Context, channel string, st *channelSta
 }
 
 // shardFor returns the subscription connection for channel, creating it and
-// its reader on first use. Called with subMu held.
-func (n *notifier) shardFor(ctx context.Context, channel string) (*shard, error) {
+// its reader on first use; subscribed reports that creating it subscribed
+// channel already. Called with subMu held.
+func (n *notifier) shardFor(ctx context.Context, channel string) (sh *shard, subscribed bool, err error) {
 	addr := ""
 	if cc, ok := n.l.client.(*redis.ClusterClient); ok {
 		master, err := cc.MasterForKey(ctx, channel)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		addr = master.Options().Addr
 	}
 	if sh := n.subs[addr]; sh != nil {
-		return sh, nil
+		return sh, false, nil
 	}
 	if n.l.isClosed() {
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
 	var ps *redis.PubSub
 	if n.l.cluster {
@@ -174,12 +181,12 @@ func (n *notifier) shardFor(ctx context.Context, channel string) (*shard, error)
 	} else {
 		ps = n.l.client.Subscribe(ctx)
 	}
-	sh := &shard{ps: ps}
+	sh = &shard{ps: ps}
 	n.subs[addr] = sh
 	msgs := ps.ChannelWithSubscriptions()
 	n.wg.Add(1)
 	go n.read(msgs)
-	return sh, nil
+	return sh, n.l.cluster, nil
 }
 
 // read dispatches one shard's messages until its PubSub is closed.
@@ -290,12 +297,14 @@ func (w *waiter) leave() {
 	}
 	st.waiters = slices.DeleteFunc(st.waiters, func(x *waiter) bool { return x == w })
 	if !w.acquired {
+		pending := w.woken
 		select {
 		case <-w.C:
-			if len(st.waiters) > 0 {
-				st.waiters[0].wake()
-			}
+			pending = true
 		default:
+		}
+		if pending && len(st.waiters) > 0 {
+			st.waiters[0].wake()
 		}
 	}
 	last := len(st.waiters) == 0

@@ -20,12 +20,13 @@ type runner struct {
 // on goroutines of their own.
 const runnerWorkers = 2
 
-func (r *runner) run(f func()) {
+// run runs f on a goroutine of the runner and reports whether it did; after
+// stop it runs nothing and returns false.
+func (r *runner) run(f func()) bool {
 	r.mu.Lock()
-	if r.stopped { // after Close: nobody would wait for a goroutine
+	if r.stopped {
 		r.mu.Unlock()
-		f()
-		return
+		return false
 	}
 	if r.work == nil {
 		r.work = make(chan func())
@@ -33,7 +34,7 @@ func (r *runner) run(f func()) {
 	select {
 	case r.work <- f:
 		r.mu.Unlock()
-		return
+		return true
 	default:
 	}
 	worker := r.started < runnerWorkers
@@ -52,6 +53,7 @@ func (r *runner) run(f func()) {
 			}
 		}
 	}()
+	return true
 }
 
 // stop ends the workers once they are idle and waits for every request.

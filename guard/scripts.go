@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -93,14 +94,24 @@ func call[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, er
 	}
 	done := make(chan result, 1)
 	var claimed atomic.Bool // whoever sets it first owns the result
-	l.runner.run(func() {
-		v, err := fn(context.WithoutCancel(ctx))
+	// The request outlives a caller that gives up, but not by much: its own
+	// deadline stops go-redis's retries and pool waits (and, with the
+	// client's ContextTimeoutEnabled, its reads).
+	fnCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(l.cfg.requestTimeout, time.Second))
+	started := l.runner.run(func() {
+		defer cancel()
+		v, err := fn(fnCtx)
 		if claimed.CompareAndSwap(false, true) {
 			done <- result{v, err}
 		} else if abandoned != nil {
 			abandoned(v, err)
 		}
 	})
+	if !started {
+		cancel()
+		var zero T
+		return zero, ErrClosed
+	}
 	select {
 	case r := <-done:
 		return r.v, r.err

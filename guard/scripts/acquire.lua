@@ -5,7 +5,8 @@
 -- ARGV[5] id of the Locker, to register when busy ('' for a caller that will
 -- not wait), ARGV[6] registration ms, ARGV[7] 'PUBLISH' or 'SPUBLISH'
 -- Returns {1, token} when acquired, {0, ms until the latest holder expires} when busy.
--- Publishes 'taken' when it acquires a key that other Lockers are waiting for.
+-- When other Lockers wait for the key, publishes 'taken' for a write hold and
+-- 'read' for a read hold (their readers may join it).
 local key, owner, ttl, mode, minhold = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local locker, registration, publish = ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local kind = redis.call('TYPE', key)['ok']
@@ -46,8 +47,15 @@ if owners == 0 then
 else
   extend_key(key, ttl)
 end
--- Lockers other than this one may be timing a hand-off to the one a release named.
+-- Lockers other than this one may be timing a hand-off to the one a release
+-- named: a writer tells them it is taken; a reader lets their readers in.
 local others = redis.call('ZCARD', KEYS[3])
 if others > 0 and locker ~= '' and redis.call('ZSCORE', KEYS[3], locker) then others = others - 1 end
-if others > 0 then redis.call(publish, KEYS[4], 'taken') end
+if others > 0 then
+  if mode == 'w' then
+    redis.call(publish, KEYS[4], 'taken')
+  else
+    redis.call(publish, KEYS[4], 'read')
+  end
+end
 return {1, token}
