@@ -232,3 +232,41 @@ func TestReplicaAck(t *testing.T) {
 	le = mustAcquire(t, t.Context(), other, "acked", guard.Wait(0))
 	mustRelease(t, le)
 }
+
+func TestRenewalRecoversFromShortPartition(t *testing.T) {
+	// TTL 1.5s: renew every 500ms, retry every ~170ms after a failure, stop
+	// the job 150ms before the safe end. A 600ms cut costs renewals, not the lease.
+	const ttl = 1500 * time.Millisecond
+	srv := redistest.Start(t)
+	proxy := faultproxy.New(t, srv.Addr())
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	defer client.Close()
+	rec := newRecorder()
+	l, err := guard.New(client, guard.WithTTL(ttl), guard.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	other := newLocker(t, srv.Addr())
+
+	le := mustAcquire(t, t.Context(), l, "blip")
+	time.Sleep(100 * time.Millisecond)
+	proxy.Blackhole(true)
+	time.Sleep(600 * time.Millisecond)
+	proxy.Blackhole(false)
+	time.Sleep(2 * ttl)
+	if err := le.Context().Err(); err != nil {
+		t.Fatalf("lease lost after a 600ms cut: %v", context.Cause(le.Context()))
+	}
+	if _, err := other.Acquire(t.Context(), "blip", guard.Wait(0)); !errors.Is(err, guard.ErrNotAcquired) {
+		t.Fatalf("other Locker: err = %v, want ErrNotAcquired", err)
+	}
+	rec.mu.Lock()
+	failed := len(rec.events[guard.EventRenewFailed])
+	rec.mu.Unlock()
+	if failed == 0 {
+		t.Fatal("no renewal failed during the cut: the test did not test anything")
+	}
+	t.Logf("%d renewals failed during the cut; the lease survived", failed)
+	mustRelease(t, le)
+}

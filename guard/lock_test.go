@@ -201,3 +201,81 @@ func TestJobErrorReturned(t *testing.T) {
 }
 
 var _ = fmt.Sprint
+
+func TestReadersAndWritersExclude(t *testing.T) {
+	_, lockers := newLockers(t, 4)
+	var readers, writers, violations, reads, writes atomic.Int64
+	check := func() {
+		if w, r := writers.Load(), readers.Load(); w > 1 || (w == 1 && r > 0) {
+			violations.Add(1)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, l := range lockers {
+		for g := range 4 {
+			wg.Go(func() {
+				for round := range 20 {
+					var err error
+					if (i+g+round)%3 == 0 {
+						err = l.WithLock(ctx, "rw-stress", func(context.Context) error {
+							writers.Add(1)
+							check()
+							time.Sleep(200 * time.Microsecond)
+							check()
+							writers.Add(-1)
+							writes.Add(1)
+							return nil
+						})
+					} else {
+						err = l.WithReadLock(ctx, "rw-stress", func(context.Context) error {
+							readers.Add(1)
+							check()
+							time.Sleep(200 * time.Microsecond)
+							check()
+							readers.Add(-1)
+							reads.Add(1)
+							return nil
+						})
+					}
+					if err != nil {
+						t.Errorf("round %d: %v", round, err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	t.Logf("%d reads, %d writes", reads.Load(), writes.Load())
+	if v := violations.Load(); v != 0 {
+		t.Fatalf("%d times a writer overlapped another holder", v)
+	}
+}
+
+func TestDowngradeLetsOtherReadersIn(t *testing.T) {
+	_, ls := newLockers(t, 3)
+	write := mustAcquire(t, t.Context(), ls[0], "downgrade")
+	read, err := ls[0].AcquireRead(write.Context(), "downgrade", guard.Wait(0))
+	if err != nil {
+		t.Fatalf("read under write: %v", err)
+	}
+	if _, err := ls[1].AcquireRead(t.Context(), "downgrade", guard.Wait(0)); !errors.Is(err, guard.ErrNotAcquired) {
+		t.Fatalf("other reader while write-held: err = %v, want ErrNotAcquired", err)
+	}
+	mustRelease(t, write) // now read-held by ls[0] only
+	other, err := ls[1].AcquireRead(t.Context(), "downgrade", guard.Wait(time.Second))
+	if err != nil {
+		t.Fatalf("other reader after the downgrade: %v", err)
+	}
+	if _, err := ls[2].Acquire(t.Context(), "downgrade", guard.Wait(0)); !errors.Is(err, guard.ErrNotAcquired) {
+		t.Fatalf("writer while read-held: err = %v, want ErrNotAcquired", err)
+	}
+	if read.Token() != write.Token() {
+		t.Fatalf("downgrade minted token %d, want %d", read.Token(), write.Token())
+	}
+	mustRelease(t, read)
+	mustRelease(t, other)
+	mustRelease(t, mustAcquire(t, t.Context(), ls[2], "downgrade", guard.Wait(0)))
+}
