@@ -45,7 +45,8 @@
 //
 // Waiting without polling: a waiter sleeps until a release is published on
 // the lock's channel (one subscription per Locker) or, if a holder crashed
-// and will never publish, until the key's remaining TTL has passed.
+// and will never publish, until the key's remaining TTL has passed (see
+// Waiting below).
 //
 // # Clock assumptions
 //
@@ -73,9 +74,22 @@
 //
 // # Lifecycle
 //
-// A Locker runs two heartbeat goroutines from New until Close, and one
+// A Locker runs two heartbeat goroutines from New until Close, up to two
+// goroutines that carry requests (started on first use), and one
 // subscription connection while any acquisition waits. Close releases what
-// it still holds. Every request honours its context, also when the server
-// is unreachable; a release runs on a context detached from the job's
-// cancellation, bounded by the request timeout.
+// it still holds and waits for requests still on the wire, which go-redis
+// bounds by its read timeout. Every call returns when its context is done,
+// also when the server is unreachable; a release runs on a context detached
+// from the job's cancellation, bounded by the request timeout.
+//
+// # Waiting
+//
+// A waiting acquisition sleeps until a release is published on the lock's
+// channel. A release names one waiting Locker of the fleet (the one whose
+// registration was refreshed longest ago), so a hand-off costs a release
+// and one retry, not a retry per process; if the named Locker does not take
+// the key within 50ms (it crashed, or its waiters gave up), the others try.
+// Readers that can share the key are let in together. Waiting is not
+// strictly first-come, first-served, and a stream of readers can hold off a
+// writer.
 package guard

@@ -85,8 +85,9 @@ func isNil(c redis.UniversalClient) bool {
 
 // Close releases every lease the Locker still holds, canceling their
 // contexts with a cause matching ErrClosed and ErrLeaseLost, stops the
-// heartbeat and the subscription, and waits for its goroutines. It does not
-// close the Redis client. Calls after Close fail with ErrClosed.
+// heartbeat and the subscription, and waits for its goroutines, including
+// requests still on the wire (bounded by the client's read timeout). It does
+// not close the Redis client. Calls after Close fail with ErrClosed.
 func (l *Locker) Close() error {
 	l.closeOnce.Do(func() {
 		close(l.closed)
