@@ -35,6 +35,11 @@ var (
 	// another type, so it is not a lock this package wrote.
 	ErrWrongType = errors.New("guard: key holds another Redis type")
 
+	// ErrNotReplicated means WithReplicaAck was set and too few replicas
+	// acknowledged an acquisition in time; the hold was released. It is not
+	// contention: the key may be free.
+	ErrNotReplicated = errors.New("guard: not acknowledged by enough replicas")
+
 	// ErrInvalid reports a bad argument or option: nil client, empty key,
 	// a TTL or interval that does not fit, and so on.
 	ErrInvalid = errors.New("guard: invalid argument")

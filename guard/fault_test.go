@@ -224,8 +224,8 @@ func TestReplicaAck(t *testing.T) {
 	replica.Pause(t)
 	defer replica.Resume(t)
 	_, err := l.Acquire(t.Context(), "acked", guard.Wait(0))
-	if !errors.Is(err, guard.ErrNotAcquired) {
-		t.Fatalf("Acquire with the replica paused: err = %v, want ErrNotAcquired", err)
+	if !errors.Is(err, guard.ErrNotReplicated) || errors.Is(err, guard.ErrNotAcquired) {
+		t.Fatalf("Acquire with the replica paused: err = %v, want ErrNotReplicated (not contention)", err)
 	}
 	// The unacknowledged hold was released, not left behind.
 	other := newLocker(t, master.Addr())

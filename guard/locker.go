@@ -488,7 +488,7 @@ func (l *Locker) acquireAcked(ctx context.Context, k keys, args []any) ([]int64,
 		if len(vals) == 2 && vals[0] == 1 && (err != nil || acked < int64(l.cfg.replicas)) {
 			l.scripts.update.Run(ctx, l.client, k.forUpdate(), args[0], 0, 0, l.publish, l.idleOn(k))
 			return nil, fmt.Errorf("%w: %q: %d of %d replicas acknowledged within %v (%v)",
-				ErrNotAcquired, k.lock, acked, l.cfg.replicas, l.cfg.replicaTimeout, err)
+				ErrNotReplicated, k.lock, acked, l.cfg.replicas, l.cfg.replicaTimeout, err)
 		}
 		return vals, nil
 	}

@@ -67,7 +67,7 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 
 // WithReplicaAck makes every acquisition and renewal wait (Redis WAIT) until
 // n replicas have acknowledged it, for at most timeout. An acquisition that
-// is not acknowledged in time is released and fails with ErrNotAcquired; a
+// is not acknowledged in time is released and fails with ErrNotReplicated; a
 // renewal that is not acknowledged counts as failed. Use it with Sentinel, so
 // that a failover does not forget a fresh lock. Default: off (n = 0).
 // Not supported with a Cluster client.

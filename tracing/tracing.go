@@ -289,6 +289,7 @@ var errorTypes = []struct {
 	{guard.ErrUpgrade, "upgrade"},
 	{guard.ErrClosed, "closed"},
 	{guard.ErrWrongType, "wrong_type"},
+	{guard.ErrNotReplicated, "not_replicated"},
 	{guard.ErrInvalid, "invalid"},
 	{context.Canceled, "canceled"},
 	{context.DeadlineExceeded, "deadline_exceeded"},
