@@ -1,0 +1,56 @@
+package asynqguard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobguard/jobguard/asynqguard"
+	"github.com/jobguard/jobguard/guard"
+	"github.com/redis/go-redis/v9"
+)
+
+// A server whose tasks run under a guard lease: identical tasks never run at
+// the same time on any server of the fleet, and a task that finds its key
+// busy is retried soon without spending a retry.
+func ExampleMiddleware() {
+	locker, err := guard.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close() // after srv.Shutdown: handlers still running keep their leases
+
+	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: "localhost:6379"}, asynq.Config{
+		IsFailure:      asynqguard.IsFailure,  // a busy key spends no retry
+		RetryDelayFunc: asynqguard.RetryDelay, // and is retried within about a second
+	})
+	mux := asynq.NewServeMux()
+	mux.Use(asynqguard.Middleware(locker, asynqguard.DoneTTL(time.Hour)))
+	mux.HandleFunc("email:welcome", func(ctx context.Context, t *asynq.Task) error {
+		return nil // send the email; stop when ctx is done
+	})
+	if err := srv.Run(mux); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// The hooks for asynq.Config tell a busy key from a failure.
+func ExampleIsFailure() {
+	busy := fmt.Errorf("%w: %w", asynqguard.ErrBusy, guard.ErrNotAcquired) // what a busy task returns
+	failed := errors.New("smtp: 421 service not available")
+	task := asynq.NewTask("email:welcome", []byte(`{"user":42}`))
+
+	for _, c := range []struct {
+		name string
+		err  error
+	}{{"busy key", busy}, {"smtp error", failed}} {
+		d := asynqguard.RetryDelay(0, c.err, task)
+		fmt.Printf("%-10s failure=%-5v retry within 2s=%v\n", c.name, asynqguard.IsFailure(c.err), d < 2*time.Second)
+	}
+	// Output:
+	// busy key   failure=false retry within 2s=true
+	// smtp error failure=true  retry within 2s=false
+}

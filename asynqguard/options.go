@@ -1,0 +1,142 @@
+package asynqguard
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobguard/jobguard/guard"
+)
+
+// Option configures the middleware. Options are validated by New and
+// Middleware; a later busy policy (Retry, Skip, Revoke, Archive) replaces an
+// earlier one.
+type Option func(*config)
+
+// policy is what the middleware does with a task whose key is busy.
+type policy int
+
+const (
+	policyRetry policy = iota
+	policySkip
+	policyRevoke
+	policyArchive
+)
+
+func (p policy) String() string {
+	return [...]string{"retry", "skip", "revoke", "archive"}[p]
+}
+
+// config is the middleware's validated configuration.
+type config struct {
+	key     func(context.Context, *asynq.Task) (string, error)
+	policy  policy
+	wait    time.Duration
+	doneTTL time.Duration
+	ttl     time.Duration // 0: the Locker's TTL
+	logger  *slog.Logger
+
+	doneSet, ttlSet bool
+}
+
+// KeyFunc sets how a task's lock key is derived. Tasks with equal keys never
+// run at the same time across all servers sharing the Redis of the Locker.
+// An error from f is returned to asynq, which retries the task on its own
+// schedule (spending a retry); the handler does not run. The key must not
+// be empty nor contain '}', or the task is archived with an error matching
+// guard.ErrInvalid and asynq.SkipRetry.
+// Default: the task type, ":", and the hex SHA-256 of the payload, so only
+// identical tasks exclude each other. Must not be nil.
+func KeyFunc(f func(ctx context.Context, t *asynq.Task) (string, error)) Option {
+	return func(c *config) { c.key = f }
+}
+
+// Retry makes a task whose key is busy return an error matching ErrBusy,
+// so that asynq retries it later. Wire IsFailure and RetryDelay into
+// asynq.Config and the retry comes soon and spends none of the task's
+// retries; without them asynq retries on its own back-off and counts each
+// busy attempt as a failure. A task with no retry left (MaxRetry(0), or all
+// spent on failures), which asynq would archive on any error, waits for the
+// key instead, until its context ends. This is the default busy policy.
+func Retry() Option { return func(c *config) { c.policy = policyRetry } }
+
+// Skip makes a task whose key is busy succeed without running: the
+// duplicate is dropped and logged at Info.
+func Skip() Option { return func(c *config) { c.policy = policySkip } }
+
+// Revoke makes a task whose key is busy return an error matching ErrBusy
+// and asynq.RevokeTask: asynq deletes it without retrying or archiving it.
+func Revoke() Option { return func(c *config) { c.policy = policyRevoke } }
+
+// Archive makes a task whose key is busy return an error matching ErrBusy
+// and asynq.SkipRetry: asynq archives it, where it can be inspected and run
+// again.
+func Archive() Option { return func(c *config) { c.policy = policyArchive } }
+
+// WaitFor makes a task wait up to d for a busy key (never beyond the task's
+// context) before the busy policy applies. Default: 0, try once, so a busy
+// task frees its worker at once. Must be >= 0.
+func WaitFor(d time.Duration) Option { return func(c *config) { c.wait = d } }
+
+// DoneTTL records, when the handler returns nil, that the task's key is
+// done, for d (guard.Locker.Claim, beside the lock). A task with that key
+// that runs while the record lives succeeds without running the handler and
+// is logged at Info: a duplicate enqueued after success is dropped.
+// Default: off. Must be positive.
+func DoneTTL(d time.Duration) Option {
+	return func(c *config) { c.doneTTL, c.doneSet = d, true }
+}
+
+// TTL sets the lease TTL of each task's lock (guard.TTL), which bounds how
+// long a crashed server blocks the key. Default: the Locker's TTL.
+// Must be positive.
+func TTL(d time.Duration) Option { return func(c *config) { c.ttl, c.ttlSet = d, true } }
+
+// Logger sets the logger: contention and skipped duplicates at Info, a
+// lost lease at Error. Default: a logger that discards everything.
+// Must not be nil.
+func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+func newConfig(opts []Option) (config, error) {
+	c := config{key: defaultKey, policy: policyRetry, logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		if o == nil {
+			return c, invalid("nil option")
+		}
+		o(&c)
+	}
+	switch {
+	case c.key == nil:
+		return c, invalid("nil KeyFunc")
+	case c.logger == nil:
+		return c, invalid("nil Logger")
+	case c.wait < 0:
+		return c, invalid("WaitFor %v must be >= 0", c.wait)
+	case c.doneSet && c.doneTTL <= 0:
+		return c, invalid("DoneTTL %v must be positive", c.doneTTL)
+	case c.ttlSet && c.ttl <= 0:
+		return c, invalid("TTL %v must be positive", c.ttl)
+	}
+	return c, nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("asynqguard: %w: "+format, append([]any{guard.ErrInvalid}, args...)...)
+}
+
+// defaultKey is the task type and the hex SHA-256 of the payload. A '}' in
+// the type (which guard rejects, as it would break the Cluster hash tag) is
+// escaped, as is '%', so distinct types keep distinct keys.
+func defaultKey(_ context.Context, t *asynq.Task) (string, error) {
+	sum := sha256.Sum256(t.Payload())
+	typ := t.Type()
+	if strings.ContainsAny(typ, "%}") {
+		typ = strings.NewReplacer("%", "%25", "}", "%7D").Replace(typ)
+	}
+	return typ + ":" + hex.EncodeToString(sum[:]), nil
+}
