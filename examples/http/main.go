@@ -1,0 +1,238 @@
+// Http runs an order service whose POST /orders is guarded by httpguard,
+// and a client that does what real clients do: it retries, sends a request
+// twice at once, reuses a key by mistake and forgets the key. It prints
+// what the middleware made of each request.
+//
+//	go run ./examples/http                                            # embedded Redis
+//	REDIS_URL=redis://127.0.0.1:6379/15 go run ./examples/http        # a real one
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/httpguard"
+)
+
+func main() {
+	if err := run(context.Background(), os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "http example:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, out io.Writer) error {
+	dial, stopRedis, err := connect()
+	if err != nil {
+		return err
+	}
+	defer stopRedis()
+	rdb := dial()
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	locker, err := guard.New(rdb)
+	if err != nil {
+		return err
+	}
+	defer locker.Close()
+
+	p := &printer{w: out, start: time.Now()}
+	orders := &orderService{p: p, firstStarted: make(chan struct{}), letFirstFinish: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", httpguard.Middleware(locker)(orders))
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() {
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+		<-served
+	}()
+	p.say("server", "listening on %s; POST /orders is guarded by httpguard", ln.Addr())
+
+	transport := &http.Transport{}
+	defer transport.CloseIdleConnections()
+	c := &client{p: p, http: &http.Client{Transport: transport, Timeout: 10 * time.Second}, base: "http://" + ln.Addr().String()}
+	// A fresh key per run, so that a real Redis does not replay the last run.
+	key := "checkout-" + strings.ToLower(rand.Text()[:8])
+
+	p.say("story", "--- 1. a client creates an order; the service is slow today")
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.post("client", key, `{"item":"book"}`)
+		first <- err
+	}()
+	select {
+	case <-orders.firstStarted:
+	case <-time.After(5 * time.Second):
+		return errors.New("the first request never reached the handler")
+	}
+
+	p.say("story", "--- 2. a double click sends the same request while the first is in flight")
+	status, err := c.post("double-click", key, `{"item":"book"}`)
+	close(orders.letFirstFinish)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusConflict {
+		return fmt.Errorf("the duplicate got %d, want 409", status)
+	}
+	if err := <-first; err != nil {
+		return err
+	}
+
+	p.say("story", "--- 3. the client never saw that 201 (a timeout, say) and retries")
+	if _, err := c.post("client", key, `{"item":"book"}`); err != nil {
+		return err
+	}
+
+	p.say("story", "--- 4. a bug reuses the key for another order")
+	if _, err := c.post("client", key, `{"item":"lamp"}`); err != nil {
+		return err
+	}
+
+	p.say("story", "--- 5. a request without a key is not guarded")
+	if _, err := c.post("client", "", `{"item":"pen"}`); err != nil {
+		return err
+	}
+
+	p.say("story", "--- 6. a key that is not 1-255 printable ASCII characters")
+	if _, err := c.post("client", strings.Repeat("x", 256), `{"item":"pen"}`); err != nil {
+		return err
+	}
+
+	p.say("story", "the handler ran %d times for %d requests; orders: %s", orders.count(), c.sent.Load(), strings.Join(orders.list(), ", "))
+	return nil
+}
+
+// orderService creates orders. The first one is slow: it waits until the
+// story has sent a duplicate.
+type orderService struct {
+	p              *printer
+	firstStarted   chan struct{}
+	letFirstFinish chan struct{}
+
+	mu     sync.Mutex
+	orders []string
+}
+
+func (s *orderService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req struct{ Item string }
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, "bad order", http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	s.orders = append(s.orders, req.Item)
+	id := len(s.orders)
+	s.mu.Unlock()
+	s.p.say("server", "handler runs: creating order %d (%s)", id, req.Item)
+	if id == 1 {
+		close(s.firstStarted)
+		select {
+		case <-s.letFirstFinish:
+		case <-time.After(5 * time.Second):
+		}
+		time.Sleep(300 * time.Millisecond) // the slow part
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", fmt.Sprintf("/orders/%d", id))
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"id":%d,"item":%q}`, id, req.Item)
+}
+
+func (s *orderService) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.orders)
+}
+
+func (s *orderService) list() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.orders...)
+}
+
+// client sends requests and prints what came back.
+type client struct {
+	p    *printer
+	http *http.Client
+	base string
+	sent atomic.Int32
+}
+
+// post sends POST /orders with key (none if empty) and returns the status.
+func (c *client) post(who, key, body string) (int, error) {
+	r, err := http.NewRequest(http.MethodPost, c.base+"/orders", strings.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	r.Header.Set("Content-Type", "application/json")
+	shown := "no Idempotency-Key"
+	if key != "" {
+		r.Header.Set("Idempotency-Key", key)
+		shown = "Idempotency-Key: " + key
+		if len(key) > 20 {
+			shown = fmt.Sprintf("Idempotency-Key: %s... (%d characters)", key[:12], len(key))
+		}
+	}
+	c.p.say(who, "POST /orders %s, %s", body, shown)
+	c.sent.Add(1)
+	resp, err := c.http.Do(r)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	var notes []string
+	for _, h := range []string{"Location", "Idempotent-Replayed", "Retry-After", "Cache-Control"} {
+		if v := resp.Header.Get(h); v != "" {
+			notes = append(notes, h+": "+v)
+		}
+	}
+	answer := strings.TrimSpace(string(b))
+	if resp.Header.Get("Content-Type") == "application/problem+json" {
+		var problem httpguard.Problem
+		if err := json.Unmarshal(b, &problem); err == nil {
+			answer = fmt.Sprintf("problem %q: %s", problem.Title, problem.Detail)
+		}
+	}
+	c.p.say(who, "<- %d %s [%s] %s", resp.StatusCode, http.StatusText(resp.StatusCode), strings.Join(notes, ", "), answer)
+	return resp.StatusCode, nil
+}
+
+// printer writes one line per event, stamped with the time since the start.
+type printer struct {
+	mu    sync.Mutex
+	w     io.Writer
+	start time.Time
+}
+
+func (p *printer) say(who, format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.w, "[%.2fs] %-14s %s\n", time.Since(p.start).Seconds(), who+":", fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/jobguard/jobguard/internal/redistest"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, redistest.LeakOptions()...)
+}
+
+// TestRun runs the whole story on the embedded Redis and checks that each
+// request got the answer the story tells.
+func TestRun(t *testing.T) {
+	t.Setenv("REDIS_URL", "") // the embedded server, whatever the environment says
+	var out strings.Builder
+	if err := run(t.Context(), &out); err != nil {
+		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
+	}
+	t.Logf("output:\n%s", out.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+
+	// The answers, in the order they were printed.
+	var answers []string
+	for _, l := range lines {
+		if _, after, ok := strings.Cut(l, "<- "); ok {
+			answers = append(answers, after)
+		}
+	}
+	want := []string{
+		"409 Conflict [Retry-After: 1, Cache-Control: no-store] problem \"Request in progress\"",
+		"201 Created [Location: /orders/1] {\"id\":1,\"item\":\"book\"}",
+		"201 Created [Location: /orders/1, Idempotent-Replayed: true] {\"id\":1,\"item\":\"book\"}",
+		"422 Unprocessable Entity [Cache-Control: no-store] problem \"Idempotency-Key reused\"",
+		"201 Created [Location: /orders/2] {\"id\":2,\"item\":\"pen\"}",
+		"400 Bad Request [Cache-Control: no-store] problem \"Invalid Idempotency-Key\"",
+	}
+	if len(answers) != len(want) {
+		t.Fatalf("%d answers, want %d", len(answers), len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(answers[i], w) {
+			t.Errorf("answer %d: %q, want it to start with %q", i+1, answers[i], w)
+		}
+	}
+	if !strings.Contains(lines[len(lines)-1], "the handler ran 2 times for 6 requests; orders: book, pen") {
+		t.Errorf("last line %q", lines[len(lines)-1])
+	}
+}

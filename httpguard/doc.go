@@ -1,0 +1,70 @@
+// Package httpguard makes HTTP endpoints idempotent by the Idempotency-Key
+// request header (IETF httpapi draft "The Idempotency-Key HTTP Header
+// Field"), across every instance of a service that shares one Redis.
+//
+//	locker, _ := guard.New(redisClient)
+//	idem := httpguard.Middleware(locker, httpguard.Principal(tenantOf))
+//	mux.Handle("POST /orders", idem(createOrder))
+//
+// # What a request gets
+//
+// POST and PATCH requests are guarded (Methods changes that); any other
+// request passes through untouched. A guarded request without the header
+// passes through too, or gets 400 with Required. A guarded request with
+// the header gets, in this order:
+//
+//   - 400 if the key is not 1 to 255 printable ASCII characters (0x20 to
+//     0x7E), or the header appears twice. The key may be sent bare (abc) or
+//     as a Structured Field string ("abc", with \" and \\ escapes, no
+//     parameters), as the draft specifies; both forms name the same key.
+//   - 413 if the body is larger than MaxBody (default 1 MiB): the body is
+//     read to fingerprint the request, then handed to the handler intact.
+//   - The stored response, if a request with the same key completed within
+//     the retention window (Retention, default 24h): same status, body and
+//     allow-listed headers (ReplayHeaders), plus "Idempotent-Replayed:
+//     true". The handler does not run.
+//   - 422 if the key was used before with a different payload: the SHA-256
+//     of method, path, query and body.
+//   - 409 with "Retry-After: 1" if a request with the same key is being
+//     processed, on this instance or any other.
+//   - Otherwise the handler runs, holding a lease on the key (see guard);
+//     its request context is canceled if the lease is lost or the client
+//     goes away.
+//
+// Every response the middleware makes itself is RFC 9457 problem details
+// (application/problem+json, see Problem) with "Cache-Control: no-store",
+// written by the DenyHandler. If Redis fails, the request is not processed
+// and gets 503 with "Retry-After: 1": without Redis the middleware cannot
+// tell a retry from a first request, so it fails closed.
+//
+// # Scope of a key
+//
+// A key is scoped by the request method, the route pattern that matched
+// (r.Pattern; the URL path when there is none, see Middleware) and the
+// principal (Principal, for example the tenant), so one endpoint or tenant
+// cannot block or replay another's key. Redis sees only a SHA-256 of these;
+// neither that hash nor the lock key nor an owner token is sent to a client.
+//
+// # What is stored
+//
+// The payload's fingerprint is bound to the key when the handler first
+// runs, for the retention window. After the handler returns, its status,
+// allow-listed headers and body are stored for the retention window, unless:
+//   - the status is 5xx, 408, 425 or 429: those invite a retry, and a retry
+//     runs the handler again (with the same payload; another payload is
+//     still refused with 422);
+//   - the body is larger than MaxStoredBody (default 1 MiB): the response
+//     is sent but not stored, so a retry runs the handler again;
+//   - the lease was lost while the handler ran: another request may have
+//     run it meanwhile, so nothing is claimed as the key's result;
+//   - the handler panicked, or never ran (every refusal above);
+//   - NoReplay is set.
+//
+// A handler whose effects must not repeat even in those cases should make
+// them conditional on its own records (for example, a unique constraint on
+// the key).
+//
+// Redis holds, per key, the fingerprint and the response (each expiring
+// after the retention window), the lease while the handler runs, and guard's
+// fencing counter for the key, which does not expire (a few bytes per key).
+package httpguard

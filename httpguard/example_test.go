@@ -1,0 +1,62 @@
+package httpguard_test
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/httpguard"
+	"github.com/redis/go-redis/v9"
+)
+
+func Example() {
+	m, err := miniredis.Run() // an embedded Redis, so the example runs anywhere
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	locker, err := guard.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	orders := 0
+	createOrder := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		orders++
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Location", fmt.Sprintf("/orders/%d", orders))
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "order %d: %s", orders, body)
+	})
+	mux := http.NewServeMux()
+	// Wrap each route, so that keys are scoped by its pattern.
+	mux.Handle("POST /orders", httpguard.Middleware(locker)(createOrder))
+
+	send := func(key, body string) {
+		r := httptest.NewRequest("POST", "/orders", strings.NewReader(body))
+		r.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		fmt.Printf("%d %s (Location %q, replayed %q)\n", w.Code, strings.TrimSpace(w.Body.String()),
+			w.Header().Get("Location"), w.Header().Get("Idempotent-Replayed"))
+	}
+	send("a1", "1 book")      // runs the handler
+	send("a1", "1 book")      // a retry: the stored response
+	send("a1", "2 books")     // the same key for another order
+	send("b2", "1 newspaper") // another key runs the handler
+	fmt.Println("orders created:", orders)
+	// Output:
+	// 201 order 1: 1 book (Location "/orders/1", replayed "")
+	// 201 order 1: 1 book (Location "/orders/1", replayed "true")
+	// 422 {"type":"https://pkg.go.dev/github.com/jobguard/jobguard/httpguard#TypeKeyReused","title":"Idempotency-Key reused","status":422,"detail":"The Idempotency-Key was already used with a different request payload."} (Location "", replayed "")
+	// 201 order 2: 1 newspaper (Location "/orders/2", replayed "")
+	// orders created: 2
+}

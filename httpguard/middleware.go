@@ -1,0 +1,294 @@
+package httpguard
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/jobguard/jobguard/guard"
+)
+
+// Middleware returns middleware that makes the guarded requests of a
+// handler idempotent by their Idempotency-Key header, across every process
+// that shares l's Redis (see the package documentation).
+//
+// Wrap each route's handler, not the whole ServeMux: only then is
+// r.Pattern set when the middleware runs, and keys are scoped by route
+// pattern; otherwise they are scoped by URL path.
+//
+//	mux.Handle("POST /orders", httpguard.Middleware(locker)(createOrder))
+//
+// Middleware panics if l is nil or an option is invalid, as ServeMux.Handle
+// does for a bad pattern: that is a programming error, found when the
+// server is wired rather than on some later request. The panic value is an
+// error matching guard.ErrInvalid. The returned function panics likewise if
+// the handler is nil.
+func Middleware(l *guard.Locker, opts ...Option) func(http.Handler) http.Handler {
+	c, err := newConfig(l, opts)
+	if err != nil {
+		panic(err)
+	}
+	return func(next http.Handler) http.Handler {
+		if next == nil {
+			panic(invalid("nil handler"))
+		}
+		return &handler{l: l, c: c, next: next}
+	}
+}
+
+// handler is one guarded http.Handler.
+type handler struct {
+	l    *guard.Locker
+	c    config
+	next http.Handler
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.c.methods[r.Method] {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	key, err := keyFrom(r.Header)
+	switch {
+	case errors.Is(err, errNoKeyPresent) && !h.c.required:
+		h.next.ServeHTTP(w, r)
+		return
+	case errors.Is(err, errNoKeyPresent):
+		h.deny(w, r, problemKeyMissing())
+		return
+	case err != nil:
+		h.deny(w, r, problemKeyInvalid(err))
+		return
+	}
+	body, problem := h.readBody(r)
+	if problem != nil {
+		h.deny(w, r, *problem)
+		return
+	}
+	principal := ""
+	if h.c.principal != nil {
+		principal = h.c.principal(r)
+	}
+	q := &request{
+		w: w, r: r, body: body,
+		key:         key,
+		fingerprint: fingerprint(r, body),
+		lookup:      lookupKey(r.Method, route(r), principal, key),
+	}
+	q.log = h.c.log.With("route", r.Pattern, "method", r.Method, "path", r.URL.Path, "idempotency_key", key)
+	h.serve(q)
+}
+
+// request is one guarded request with a valid key.
+type request struct {
+	w           http.ResponseWriter
+	r           *http.Request
+	body        []byte
+	key         string // the client's key
+	fingerprint []byte
+	lookup      string // lock and claim key; never sent to the client
+	log         *slog.Logger
+}
+
+// responseKey is the claim key of the stored response.
+func (q *request) responseKey() string { return q.lookup + ":response" }
+
+func (h *handler) serve(q *request) {
+	ctx := q.r.Context()
+	// A completed request is answered from storage without taking the lock,
+	// so that retries of a finished request never conflict.
+	if h.c.replay && h.answerFromStore(ctx, q) {
+		return
+	}
+	// While the first request runs, a different payload is refused as
+	// reused rather than as in flight.
+	if fp, ok, err := h.l.Claimed(ctx, q.lookup); err != nil {
+		h.unavailable(q, err)
+		return
+	} else if ok && !bytes.Equal(fp, q.fingerprint) {
+		h.deny(q.w, q.r, problemKeyReused())
+		return
+	}
+
+	// The acquisition honours the client's context, but the lease context
+	// must not end with it: disarm the link once the lock is held, so that
+	// a canceled lease context means the lease was lost.
+	base, cancelBase := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelBase(nil)
+	unlink := context.AfterFunc(ctx, func() { cancelBase(context.Cause(ctx)) })
+	ran, stored := false, false
+	err := h.l.WithLock(base, q.lookup, func(lease context.Context) error {
+		if !unlink() { // the client left while we acquired
+			return context.Cause(ctx)
+		}
+		ran = true
+		stored = h.locked(lease, q)
+		return nil
+	}, h.lockOptions(q.r)...)
+	unlink()
+	switch {
+	case ran:
+		if errors.Is(err, guard.ErrLeaseLost) {
+			q.log.Warn("httpguard: lease lost while the request was processed", "response_stored", stored, "err", err)
+		}
+	case ctx.Err() != nil: // the client is gone: nobody to answer
+	case errors.Is(err, guard.ErrNotAcquired):
+		q.log.Info("httpguard: key in flight")
+		h.deny(q.w, q.r, problemInFlight())
+	default:
+		h.unavailable(q, err)
+	}
+}
+
+func (h *handler) lockOptions(r *http.Request) []guard.LockOption {
+	opts := []guard.LockOption{guard.Wait(0)}
+	if r.Pattern != "" {
+		opts = append(opts, guard.Name(r.Pattern), guard.Attrs(slog.String("http.route", r.Pattern)))
+	} else {
+		opts = append(opts, guard.Name("httpguard "+r.Method))
+	}
+	if h.c.ttlSet {
+		opts = append(opts, guard.TTL(h.c.ttl))
+	}
+	return opts
+}
+
+// locked runs with the lease held: unless the request completed
+// meanwhile, it binds the key to the payload, runs the handler and stores
+// the response unless the lease was lost. lease is done only if the lease
+// is lost. It reports whether it stored a response.
+func (h *handler) locked(lease context.Context, q *request) bool {
+	ctx, cancel := context.WithCancelCause(lease)
+	defer cancel(nil)
+	stop := context.AfterFunc(q.r.Context(), func() { cancel(context.Cause(q.r.Context())) })
+	defer stop()
+
+	// The first request may have completed between the lookup before the
+	// lock and the lock.
+	if h.c.replay && h.answerFromStore(ctx, q) {
+		return false
+	}
+	// Bind the key to this payload unless an earlier request did (one whose
+	// response was not stored); from here on the handler runs.
+	stored, err := h.l.Claim(ctx, q.lookup, q.fingerprint, h.c.retention)
+	if err != nil {
+		h.unavailable(q, err)
+		return false
+	}
+	if !stored {
+		fp, ok, err := h.l.Claimed(ctx, q.lookup)
+		if err != nil {
+			h.unavailable(q, err)
+			return false
+		}
+		if ok && !bytes.Equal(fp, q.fingerprint) {
+			h.deny(q.w, q.r, problemKeyReused())
+			return false
+		}
+	}
+
+	r := q.r.WithContext(ctx)
+	r.Body = io.NopCloser(bytes.NewReader(q.body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(q.body)), nil }
+	if !h.c.replay {
+		h.next.ServeHTTP(q.w, r)
+		q.log.Debug("httpguard: handled")
+		return false
+	}
+	rw := &recorder{ResponseWriter: q.w, allow: h.c.replayHeaders, limit: h.c.maxStoredBody}
+	h.next.ServeHTTP(rw, r) // a panic propagates: nothing is stored
+
+	rec, ok := rw.finish()
+	switch {
+	case lease.Err() != nil:
+		return false // the lease was lost: serve reports it
+	case !ok:
+		q.log.Debug("httpguard: handled; response not stored", "status", rec.Status, "body_over_limit", rw.overflow)
+		return false
+	}
+	rec.Fingerprint = q.fingerprint
+	b, err := json.Marshal(rec)
+	if err != nil {
+		q.log.Error("httpguard: response not stored", "err", err)
+		return false
+	}
+	// The lease's own context: the response is stored also when the client
+	// has gone, and not once the lease is lost.
+	stored, err = h.l.Claim(lease, q.responseKey(), b, h.c.retention)
+	switch {
+	case err != nil:
+		q.log.Error("httpguard: response not stored; a retry runs the handler again", "err", err)
+	case !stored:
+		q.log.Warn("httpguard: a response was stored already; kept that one")
+	default:
+		q.log.Debug("httpguard: handled; response stored", "status", rec.Status)
+	}
+	return stored
+}
+
+// answerFromStore replays the stored response of the key, or refuses the
+// request if that response belongs to another payload. It reports whether
+// it answered.
+func (h *handler) answerFromStore(ctx context.Context, q *request) bool {
+	b, ok, err := h.l.Claimed(ctx, q.responseKey())
+	if err == nil && ok {
+		var rec record
+		if rec, err = decodeRecord(b); err == nil {
+			if !bytes.Equal(rec.Fingerprint, q.fingerprint) {
+				h.deny(q.w, q.r, problemKeyReused())
+				return true
+			}
+			replay(q.w, rec)
+			q.log.Debug("httpguard: replayed", "status", rec.Status)
+			return true
+		}
+	}
+	if err != nil {
+		h.unavailable(q, err)
+		return true
+	}
+	return false
+}
+
+// readBody reads the body to fingerprint it, up to MaxBody bytes.
+func (h *handler) readBody(r *http.Request) ([]byte, *Problem) {
+	tooLarge := problemBodyTooLarge(h.c.maxBody)
+	if r.ContentLength > h.c.maxBody {
+		return nil, &tooLarge
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, h.c.maxBody+1))
+	var maxErr *http.MaxBytesError
+	switch {
+	case errors.As(err, &maxErr), err == nil && int64(len(body)) > h.c.maxBody:
+		return nil, &tooLarge
+	case err != nil:
+		p := problemBodyUnreadable()
+		return nil, &p
+	}
+	return body, nil
+}
+
+func (h *handler) unavailable(q *request, err error) {
+	if q.r.Context().Err() != nil {
+		return // the client is gone
+	}
+	q.log.Error("httpguard: Redis failed; answered 503", "err", err)
+	h.deny(q.w, q.r, problemUnavailable())
+}
+
+// deny answers the request with p through the DenyHandler.
+func (h *handler) deny(w http.ResponseWriter, r *http.Request, p Problem) {
+	hd := w.Header()
+	hd.Set("Cache-Control", "no-store")
+	if p.Status == http.StatusConflict || p.Status == http.StatusServiceUnavailable {
+		hd.Set("Retry-After", "1")
+	}
+	h.c.deny(w, r, p)
+}

@@ -1,0 +1,220 @@
+package httpguard
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jobguard/jobguard/guard"
+)
+
+// Option configures Middleware. Middleware validates every option and panics
+// with an error matching guard.ErrInvalid when one does not fit.
+type Option func(*config)
+
+// config is the middleware's validated configuration.
+type config struct {
+	required      bool
+	methods       map[string]bool
+	principal     func(*http.Request) string
+	deny          func(http.ResponseWriter, *http.Request, Problem)
+	retention     time.Duration
+	maxBody       int64
+	maxStoredBody int64
+	replayHeaders []string // canonical names
+	replay        bool
+	ttl           time.Duration // 0: the Locker's TTL
+	log           *slog.Logger
+
+	principalSet, ttlSet bool
+}
+
+// Defaults.
+const (
+	defaultRetention     = 24 * time.Hour
+	defaultMaxBody       = 1 << 20
+	defaultMaxStoredBody = 1 << 20
+)
+
+// defaultReplayHeaders are the response headers a replay carries unless
+// ReplayHeaders says otherwise: those that describe the representation or
+// the resource that was created, none that belong to one client or one
+// connection (Set-Cookie, Date, Content-Length).
+var defaultReplayHeaders = []string{
+	"Cache-Control", "Content-Language", "Content-Location", "Content-Type",
+	"ETag", "Last-Modified", "Location",
+}
+
+// Required makes a guarded request without an Idempotency-Key header fail
+// with 400 Bad Request. Default: such a request passes through unguarded.
+func Required() Option { return func(c *config) { c.required = true } }
+
+// Methods sets the request methods the middleware guards; requests with any
+// other method pass through untouched. Methods are case-sensitive tokens.
+// Default: POST and PATCH. At least one method is required.
+func Methods(methods ...string) Option {
+	return func(c *config) {
+		c.methods = make(map[string]bool, len(methods))
+		for _, m := range methods {
+			c.methods[m] = true
+		}
+	}
+}
+
+// Principal scopes keys to the principal f returns for a request, such as
+// the authenticated tenant or user, so that two principals sending the same
+// key neither block nor replay each other. An empty string is a principal
+// of its own (the anonymous one). f runs before the handler, on every
+// guarded request with a key, so wrap the handler inside the authentication
+// middleware that f relies on. Default: no principal; keys are scoped only
+// by method and route. Must not be nil.
+func Principal(f func(*http.Request) string) Option {
+	return func(c *config) { c.principal, c.principalSet = f, true }
+}
+
+// DenyHandler sets the function that writes every response the middleware
+// makes itself instead of running the handler: 400, 409, 413, 422 and 503
+// (see Problem). Before calling f, the middleware sets "Cache-Control:
+// no-store" and, for 409 and 503, "Retry-After: 1" on w's header; f may
+// change them. f must write the response. Default: WriteProblem. Must not be
+// nil.
+func DenyHandler(f func(w http.ResponseWriter, r *http.Request, p Problem)) Option {
+	return func(c *config) { c.deny = f }
+}
+
+// Retention sets how long a key stays bound to the payload of its first
+// request and how long a completed response is kept for replay, counted on
+// the Redis server from when each was stored. Default: 24h. Must be positive
+// and at least one millisecond.
+func Retention(d time.Duration) Option { return func(c *config) { c.retention = d } }
+
+// MaxBody sets how many bytes of a guarded request's body the middleware
+// reads to fingerprint it; a larger body fails with 413 Content Too Large
+// before the handler runs. The handler reads the same bytes from r.Body.
+// Default: 1 MiB. Must be positive.
+func MaxBody(n int64) Option { return func(c *config) { c.maxBody = n } }
+
+// MaxStoredBody sets the largest response body kept for replay. A response
+// with a larger body is passed to the client but not stored at all, so a
+// retry runs the handler again. Default: 1 MiB. Must be positive.
+func MaxStoredBody(n int64) Option { return func(c *config) { c.maxStoredBody = n } }
+
+// ReplayHeaders sets the response headers that are stored and replayed
+// (case-insensitive). With no names, a replay carries no header of the
+// original response but Idempotent-Replayed. Default: Cache-Control,
+// Content-Language, Content-Location, Content-Type, ETag, Last-Modified,
+// Location. Names must be valid header field names; Connection,
+// Content-Length, Keep-Alive, Trailer, Transfer-Encoding, Upgrade and
+// Idempotent-Replayed are refused, since the server computes them.
+func ReplayHeaders(names ...string) Option {
+	return func(c *config) {
+		c.replayHeaders = append([]string{}, names...)
+	}
+}
+
+// NoReplay turns response storage off: the middleware still refuses a
+// request while another with the same key is in flight (409) and a key
+// reused with a different payload (422), but a retry after completion runs
+// the handler again. Default: replay on.
+func NoReplay() Option { return func(c *config) { c.replay = false } }
+
+// TTL sets the TTL of the lease held while the handler runs, which bounds
+// how long a crashed instance blocks its keys. The lease is renewed while the
+// handler runs, so a slow handler keeps it. Default: the Locker's TTL
+// (guard.WithTTL). Must be positive; guard scales the Locker's renew
+// interval, stop grace and request timeout to it (guard.TTL), and a TTL too
+// short for them makes every guarded request fail with 503, logged at Error.
+func TTL(d time.Duration) Option { return func(c *config) { c.ttl, c.ttlSet = d, true } }
+
+// Logger sets the logger: a completed, stored or replayed request at Debug,
+// a request refused because its key is in flight at Info, a response not
+// stored because the lease was lost at Warn (guard logs the loss itself),
+// and a failure of Redis (answered with 503) at Error. Default: a logger
+// that discards everything. Must not be nil.
+func Logger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// refusedReplayHeaders are framing and connection headers that a replay
+// must not copy: the server computes them for the replayed body.
+var refusedReplayHeaders = map[string]bool{
+	"Connection": true, "Content-Length": true, "Keep-Alive": true, "Trailer": true,
+	"Transfer-Encoding": true, "Upgrade": true, headerReplayed: true,
+}
+
+func newConfig(l *guard.Locker, opts []Option) (config, error) {
+	c := config{
+		methods:       map[string]bool{http.MethodPost: true, http.MethodPatch: true},
+		deny:          WriteProblem,
+		retention:     defaultRetention,
+		maxBody:       defaultMaxBody,
+		maxStoredBody: defaultMaxStoredBody,
+		replayHeaders: defaultReplayHeaders,
+		replay:        true,
+		log:           slog.New(slog.DiscardHandler),
+	}
+	if l == nil {
+		return c, invalid("nil Locker")
+	}
+	for _, o := range opts {
+		if o == nil {
+			return c, invalid("nil option")
+		}
+		o(&c)
+	}
+	switch {
+	case len(c.methods) == 0:
+		return c, invalid("Methods needs at least one method")
+	case c.principalSet && c.principal == nil:
+		return c, invalid("nil Principal function")
+	case c.deny == nil:
+		return c, invalid("nil DenyHandler function")
+	case c.log == nil:
+		return c, invalid("nil Logger")
+	case c.retention < time.Millisecond:
+		return c, invalid("Retention %v must be at least 1ms", c.retention)
+	case c.maxBody <= 0:
+		return c, invalid("MaxBody %d must be positive", c.maxBody)
+	case c.maxStoredBody <= 0:
+		return c, invalid("MaxStoredBody %d must be positive", c.maxStoredBody)
+	case c.ttlSet && c.ttl <= 0:
+		return c, invalid("TTL %v must be positive", c.ttl)
+	}
+	for m := range c.methods {
+		if !isToken(m) {
+			return c, invalid("method %q is not a valid HTTP method token", m)
+		}
+	}
+	replayHeaders := make([]string, 0, len(c.replayHeaders))
+	for _, h := range c.replayHeaders {
+		h = http.CanonicalHeaderKey(h)
+		replayHeaders = append(replayHeaders, h)
+		if !isToken(h) {
+			return c, invalid("replay header %q is not a valid header field name", h)
+		}
+		if refusedReplayHeaders[h] {
+			return c, invalid("replay header %q is computed by the server and cannot be replayed", h)
+		}
+	}
+	c.replayHeaders = replayHeaders
+	return c, nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("httpguard: %w: %s", guard.ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// isToken reports whether s is an RFC 9110 token (a method or a field name).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if b >= 0x80 || !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' ||
+			strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0) {
+			return false
+		}
+	}
+	return true
+}
