@@ -64,3 +64,42 @@ func TestClaimRejectsBadInput(t *testing.T) {
 		t.Errorf("bad key: err = %v, want ErrInvalid", err)
 	}
 }
+
+func TestFenceTTL(t *testing.T) {
+	srv, ls := newLockers(t, 1)
+	client := srv.Client(t)
+	l := ls[0]
+	// Without FenceTTL the counter is kept forever.
+	mustRelease(t, mustAcquire(t, t.Context(), l, "kept"))
+	if ttl := client.PTTL(t.Context(), "guard:{kept}:fence").Val(); ttl != -1 {
+		t.Fatalf("counter PTTL %v without FenceTTL, want none (-1)", ttl)
+	}
+	// With it, a fresh counter expires, and tokens still rise while in use.
+	first := mustAcquire(t, t.Context(), l, "once", guard.FenceTTL(time.Minute))
+	mustRelease(t, first)
+	second := mustAcquire(t, t.Context(), l, "once", guard.FenceTTL(time.Minute))
+	mustRelease(t, second)
+	if second.Token() <= first.Token() {
+		t.Fatalf("tokens %d then %d, want increasing", first.Token(), second.Token())
+	}
+	if ttl := client.PTTL(t.Context(), "guard:{once}:fence").Val(); ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("counter PTTL %v with FenceTTL(1m), want (0, 1m]", ttl)
+	}
+	// A counter that was persistent stays persistent: its tokens must keep rising.
+	mustRelease(t, mustAcquire(t, t.Context(), l, "kept", guard.FenceTTL(time.Minute)))
+	if ttl := client.PTTL(t.Context(), "guard:{kept}:fence").Val(); ttl != -1 {
+		t.Fatalf("persistent counter got PTTL %v from FenceTTL, want none", ttl)
+	}
+}
+
+func TestValidateLockOptions(t *testing.T) {
+	_, ls := newLockers(t, 1)
+	if err := ls[0].ValidateLockOptions(guard.TTL(time.Minute), guard.Wait(0), guard.FenceTTL(time.Hour)); err != nil {
+		t.Fatalf("valid options: %v", err)
+	}
+	for _, opt := range []guard.LockOption{guard.TTL(time.Millisecond), guard.Wait(-1), guard.FenceTTL(-1), nil} {
+		if err := ls[0].ValidateLockOptions(opt); !errors.Is(err, guard.ErrInvalid) {
+			t.Errorf("ValidateLockOptions: err = %v, want ErrInvalid", err)
+		}
+	}
+}

@@ -213,6 +213,20 @@ func (l *Locker) run(ctx context.Context, key string, write bool, fn func(contex
 
 var errPanicked = errors.New("guard: job panicked")
 
+// ValidateLockOptions reports whether opts are valid for this Locker: the
+// checks Acquire makes, including whether a TTL option leaves room for its
+// renewal schedule. Adapters call it when they are built, so that a bad
+// option fails at wiring time rather than on every run. The error matches
+// ErrInvalid.
+func (l *Locker) ValidateLockOptions(opts ...LockOption) error {
+	lc, err := newLockConfig(l.cfg.ttl, "", opts)
+	if err != nil {
+		return err
+	}
+	_, err = l.cfg.scaled(lc.ttl)
+	return err
+}
+
 func (l *Locker) checkKey(key string) error {
 	switch {
 	case key == "":
@@ -421,7 +435,7 @@ func (l *Locker) tryAcquire(ctx context.Context, k keys, owner string, write boo
 	if lc.waitSet && lc.wait == 0 {
 		register = ""
 	}
-	args := []any{owner, ms(t.ttl), mode, ms(lc.minHold), register, ms(2 * t.ttl), l.publish}
+	args := []any{owner, ms(t.ttl), mode, ms(lc.minHold), register, ms(2 * t.ttl), l.publish, ms(lc.fenceTTL)}
 	start := time.Now()
 	rep, err := call(ctx, l, func(ctx context.Context) (acquireReply, error) {
 		return l.runAcquire(ctx, k, args, t)

@@ -159,12 +159,13 @@ func (c *config) scaled(ttl time.Duration) (timing, error) {
 type LockOption func(*lockConfig)
 
 type lockConfig struct {
-	wait    time.Duration
-	waitSet bool
-	ttl     time.Duration
-	minHold time.Duration
-	name    string
-	attrs   []slog.Attr
+	wait     time.Duration
+	waitSet  bool
+	ttl      time.Duration
+	minHold  time.Duration
+	name     string
+	attrs    []slog.Attr
+	fenceTTL time.Duration
 }
 
 // Wait bounds how long an acquisition waits for a busy key. 0 means try
@@ -183,6 +184,16 @@ func TTL(d time.Duration) LockOption { return func(c *lockConfig) { c.ttl = d } 
 // that a short job on a fleet with skewed clocks still runs once. Measured on
 // the server's clock. Default: 0. Must be >= 0.
 func MinHold(d time.Duration) LockOption { return func(c *lockConfig) { c.minHold = d } }
+
+// FenceTTL lets the key's fencing counter expire d after its last
+// acquisition, for keys that are used once or for a while and then never
+// again (a request id, a payload hash): without it every such key leaves a
+// counter in Redis forever. Tokens stay strictly increasing as long as the
+// key is acquired at least every d; after that the counter starts again at
+// 1, so use it only where no resource keeps tokens of the key longer than
+// d. A counter that was created without FenceTTL keeps living forever.
+// Default: 0, the counter never expires. Must be >= 0.
+func FenceTTL(d time.Duration) LockOption { return func(c *lockConfig) { c.fenceTTL = d } }
 
 // Name sets the name observers report the lock under, for metrics: keep
 // it low in cardinality ("nightly-report", a task type, a route), unlike a
@@ -210,6 +221,8 @@ func newLockConfig(def time.Duration, key string, opts []LockOption) (lockConfig
 		return c, fmt.Errorf("%w: TTL %v must be positive", ErrInvalid, c.ttl)
 	case c.minHold < 0:
 		return c, fmt.Errorf("%w: MinHold %v must be >= 0", ErrInvalid, c.minHold)
+	case c.fenceTTL < 0:
+		return c, fmt.Errorf("%w: FenceTTL %v must be >= 0", ErrInvalid, c.fenceTTL)
 	}
 	return c, nil
 }

@@ -3,12 +3,15 @@
 -- (zset: Locker id -> registration expiry, server ms), KEYS[4] release channel
 -- ARGV[1] owner id, ARGV[2] TTL ms, ARGV[3] 'w' or 'r', ARGV[4] MinHold ms,
 -- ARGV[5] id of the Locker, to register when busy ('' for a caller that will
--- not wait), ARGV[6] registration ms, ARGV[7] 'PUBLISH' or 'SPUBLISH'
+-- not wait), ARGV[6] registration ms, ARGV[7] 'PUBLISH' or 'SPUBLISH',
+-- ARGV[8] FenceTTL ms: 0 keeps the fencing counter forever; otherwise a
+-- counter this call creates (or one that already expires) lives at least
+-- that long after this acquisition
 -- Returns {1, token} when acquired, {0, ms until the latest holder expires} when busy.
 -- When other Lockers wait for the key, publishes 'taken' for a write hold and
 -- 'read' for a read hold (their readers may join it).
 local key, owner, ttl, mode, minhold = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
-local locker, registration, publish = ARGV[5], tonumber(ARGV[6]), ARGV[7]
+local locker, registration, publish, fencettl = ARGV[5], tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8])
 local kind = redis.call('TYPE', key)['ok']
 local now = now_ms()
 local owners, latest, writer = 0, 0, false
@@ -30,6 +33,11 @@ end
 local token = redis.pcall('INCR', KEYS[2])
 if type(token) == 'table' and token.err then
   return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter (' .. token.err .. ')')
+end
+-- A counter that never expired keeps doing so: its tokens must stay above
+-- any a resource has seen.
+if fencettl > 0 and (token == 1 or redis.call('PTTL', KEYS[2]) >= 0) then
+  extend_key(KEYS[2], fencettl)
 end
 local fields = {owner .. ':x', now + ttl, owner .. ':t', token}
 if mode == 'w' then
