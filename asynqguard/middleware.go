@@ -37,6 +37,11 @@ func New(l *guard.Locker, opts ...Option) (asynq.MiddlewareFunc, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.ttlSet {
+		if err := l.ValidateLockOptions(guard.TTL(cfg.ttl)); err != nil {
+			return nil, fmt.Errorf("asynqguard: %w", err)
+		}
+	}
 	m := &middleware{l: l, cfg: cfg}
 	return m.wrap, nil
 }
@@ -87,6 +92,9 @@ func (m *middleware) process(ctx context.Context, t *asynq.Task, next asynq.Hand
 	}
 	if m.cfg.ttlSet {
 		opts = append(opts, guard.TTL(m.cfg.ttl))
+	}
+	if m.cfg.fenceTTL > 0 {
+		opts = append(opts, guard.FenceTTL(m.cfg.fenceTTL))
 	}
 	// Asynq archives a task with no retry left whatever the error, so under
 	// Retry such a task waits for the key (until its context ends) instead.

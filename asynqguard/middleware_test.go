@@ -160,8 +160,6 @@ func TestKeys(t *testing.T) {
 		{name: "KeyFunc empty key", opts: []asynqguard.Option{asynqguard.KeyFunc(func(context.Context, *asynq.Task) (string, error) {
 			return "", nil
 		})}, task: asynq.NewTask("charge", nil), wantErr: []error{guard.ErrInvalid, asynq.SkipRetry}},
-		{name: "TTL guard cannot schedule", opts: []asynqguard.Option{asynqguard.TTL(time.Nanosecond)},
-			task: asynq.NewTask("charge", nil), wantErr: []error{guard.ErrInvalid, asynq.SkipRetry}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -306,6 +304,8 @@ func TestInvalidOptions(t *testing.T) {
 		{"zero DoneTTL", l, []asynqguard.Option{asynqguard.DoneTTL(0)}},
 		{"negative DoneTTL", l, []asynqguard.Option{asynqguard.DoneTTL(-time.Second)}},
 		{"zero TTL", l, []asynqguard.Option{asynqguard.TTL(0)}},
+		{"TTL too short for the Locker's schedule", l, []asynqguard.Option{asynqguard.TTL(time.Nanosecond)}},
+		{"negative FenceTTL", l, []asynqguard.Option{asynqguard.FenceTTL(-time.Second)}},
 		{"nil Logger", l, []asynqguard.Option{asynqguard.Logger(nil)}},
 	}
 	for _, tt := range tests {
@@ -404,5 +404,22 @@ func TestIsFailureAndRetryDelay(t *testing.T) {
 	}
 	if d := asynqguard.RetryDelay(0, other, task); d < 15*time.Second {
 		t.Errorf("delay for another error %v, want asynq's default (>= 15s)", d)
+	}
+}
+
+// The default keys are payload hashes, used a few times and then never
+// again: their fencing counters must not stay in Redis forever.
+func TestDefaultKeyFencingCounterExpires(t *testing.T) {
+	srv := redistest.Start(t)
+	l := newLocker(t, srv)
+	admin := srv.Client(t)
+	task := asynq.NewTask("email:welcome", []byte("42"))
+	h := asynqguard.Middleware(l)(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }))
+	if err := h.ProcessTask(t.Context(), task); err != nil {
+		t.Fatal(err)
+	}
+	fence := "guard:{" + keyOf("email:welcome", []byte("42")) + "}:fence"
+	if ttl := admin.PTTL(t.Context(), fence).Val(); ttl <= 0 || ttl > 24*time.Hour {
+		t.Fatalf("fencing counter %s PTTL %v, want (0, 24h]", fence, ttl)
 	}
 }

@@ -34,14 +34,15 @@ func (p policy) String() string {
 
 // config is the middleware's validated configuration.
 type config struct {
-	key     func(context.Context, *asynq.Task) (string, error)
-	policy  policy
-	wait    time.Duration
-	doneTTL time.Duration
-	ttl     time.Duration // 0: the Locker's TTL
-	logger  *slog.Logger
+	key      func(context.Context, *asynq.Task) (string, error)
+	policy   policy
+	wait     time.Duration
+	doneTTL  time.Duration
+	ttl      time.Duration // 0: the Locker's TTL
+	fenceTTL time.Duration // 0: fencing counters never expire
+	logger   *slog.Logger
 
-	doneSet, ttlSet bool
+	doneSet, ttlSet, keySet, fenceSet bool
 }
 
 // KeyFunc sets how a task's lock key is derived. Tasks with equal keys never
@@ -53,8 +54,23 @@ type config struct {
 // Default: the task type, ":", and the hex SHA-256 of the payload, so only
 // identical tasks exclude each other. Must not be nil.
 func KeyFunc(f func(ctx context.Context, t *asynq.Task) (string, error)) Option {
-	return func(c *config) { c.key = f }
+	return func(c *config) { c.key, c.keySet = f, true }
 }
+
+// FenceTTL lets the fencing counter of each key expire d after the key's
+// last run (guard.FenceTTL). Keys made from payload hashes are used a few
+// times and then never again, and each would otherwise leave a counter in
+// Redis forever; tokens stay increasing as long as a key runs at least every
+// d. Default: 24h with the default key, or DoneTTL if longer; no expiry with
+// a KeyFunc, whose keys may be reused for years. 0 means no expiry.
+// Must be >= 0.
+func FenceTTL(d time.Duration) Option {
+	return func(c *config) { c.fenceTTL, c.fenceSet = d, true }
+}
+
+// defaultFenceTTL is how long the fencing counter of a default key lives
+// after the key's last run.
+const defaultFenceTTL = 24 * time.Hour
 
 // Retry makes a task whose key is busy return an error matching ErrBusy,
 // so that asynq retries it later. Wire IsFailure and RetryDelay into
@@ -121,6 +137,11 @@ func newConfig(opts []Option) (config, error) {
 		return c, invalid("DoneTTL %v must be positive", c.doneTTL)
 	case c.ttlSet && c.ttl <= 0:
 		return c, invalid("TTL %v must be positive", c.ttl)
+	case c.fenceTTL < 0:
+		return c, invalid("FenceTTL %v must be >= 0", c.fenceTTL)
+	}
+	if !c.fenceSet && !c.keySet {
+		c.fenceTTL = max(defaultFenceTTL, c.doneTTL)
 	}
 	return c, nil
 }

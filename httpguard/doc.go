@@ -64,7 +64,7 @@
 // them conditional on its own records (for example, a unique constraint on
 // the key).
 //
-// Redis holds, per key, the fingerprint and the response (each expiring
-// after the retention window), the lease while the handler runs, and guard's
-// fencing counter for the key, which does not expire (a few bytes per key).
+// Redis holds, per key, the fingerprint, the response and guard's fencing
+// counter (each expiring after the retention window), and the lease while
+// the handler runs.
 package httpguard

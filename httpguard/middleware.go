@@ -145,7 +145,9 @@ func (h *handler) serve(q *request) {
 }
 
 func (h *handler) lockOptions(r *http.Request) []guard.LockOption {
-	opts := []guard.LockOption{guard.Wait(0)}
+	// A key is remembered for the retention window, and so is its fencing
+	// counter: it need not outlive the key.
+	opts := []guard.LockOption{guard.Wait(0), guard.FenceTTL(h.c.retention)}
 	if r.Pattern != "" {
 		opts = append(opts, guard.Name(r.Pattern), guard.Attrs(slog.String("http.route", r.Pattern)))
 	} else {

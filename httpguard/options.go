@@ -123,9 +123,9 @@ func NoReplay() Option { return func(c *config) { c.replay = false } }
 // TTL sets the TTL of the lease held while the handler runs, which bounds
 // how long a crashed instance blocks its keys. The lease is renewed while the
 // handler runs, so a slow handler keeps it. Default: the Locker's TTL
-// (guard.WithTTL). Must be positive; guard scales the Locker's renew
-// interval, stop grace and request timeout to it (guard.TTL), and a TTL too
-// short for them makes every guarded request fail with 503, logged at Error.
+// (guard.WithTTL). Must be positive and leave room for the Locker's renew
+// interval, stop grace and request timeout, which guard scales to it
+// (guard.TTL); Middleware checks that.
 func TTL(d time.Duration) Option { return func(c *config) { c.ttl, c.ttlSet = d, true } }
 
 // Logger sets the logger: a completed, stored or replayed request at Debug,
@@ -197,6 +197,11 @@ func newConfig(l *guard.Locker, opts []Option) (config, error) {
 		}
 	}
 	c.replayHeaders = replayHeaders
+	if c.ttlSet && l != nil {
+		if err := l.ValidateLockOptions(guard.TTL(c.ttl)); err != nil {
+			return c, fmt.Errorf("httpguard: %w", err)
+		}
+	}
 	return c, nil
 }
 
