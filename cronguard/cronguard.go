@@ -1,0 +1,180 @@
+package cronguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"time"
+
+	"github.com/jobguard/jobguard/guard"
+	"github.com/robfig/cron/v3"
+)
+
+// Job returns a cron.Job that runs job on one instance of the fleet per
+// tick, never overlapping a run of name elsewhere (see the package doc).
+// Every instance must use the same name for the job; it is the lock key.
+// A plain cron.Job cannot see the run's context (name, tick, fencing
+// token, cancellation on lease loss or shutdown): use Func for that.
+//
+// Job does not fail: with an invalid configuration (see Validate), the
+// returned Job never runs job and logs the error at Error through the
+// Logger on every tick.
+func Job(l *guard.Locker, name string, job cron.Job, opts ...Option) cron.Job {
+	g := newGuarded(l, name, opts)
+	if job == nil || isNilPointer(job) {
+		g.addErr(invalid("nil cron.Job", nil))
+	} else {
+		g.fn = func(context.Context) error { job.Run(); return nil }
+	}
+	return g
+}
+
+// Func returns a cron.Job that runs fn on one instance of the fleet per
+// tick, never overlapping a run of name elsewhere (see the package doc).
+// Every instance must use the same name for the job; it is the lock key.
+//
+// fn's context carries the job's name (JobName), its tick (Tick) and the
+// lease's fencing token (guard.TokenFrom(ctx, name)). It is canceled when
+// the lease is lost (cause matching guard.ErrLeaseLost) and when the
+// BaseContext is (shutdown); fn should return soon after. An error fn
+// returns is logged at Error through the Logger.
+//
+// Func does not fail: with an invalid configuration (see Validate), the
+// returned Job never runs fn and logs the error at Error through the Logger
+// on every tick.
+func Func(l *guard.Locker, name string, fn func(context.Context) error, opts ...Option) cron.Job {
+	g := newGuarded(l, name, opts)
+	if fn == nil {
+		g.addErr(invalid("nil func", nil))
+	} else {
+		g.fn = fn
+	}
+	return g
+}
+
+// Wrapper returns a cron.JobWrapper that guards a job as Job does, for use
+// in a cron.Chain. It names the job it wraps, so apply it per job
+// (cron.NewChain(cronguard.Wrapper(l, "report")).Then(job)), not to every
+// job of a Cron through cron.WithChain, or they would share one lock.
+func Wrapper(l *guard.Locker, name string, opts ...Option) cron.JobWrapper {
+	return func(job cron.Job) cron.Job { return Job(l, name, job, opts...) }
+}
+
+// Validate returns the configuration error that Job, Func and Wrapper
+// would report with these arguments at every tick, or nil. Call it at
+// startup to fail there instead. The error matches guard.ErrInvalid and,
+// for a bad Spec, the parser's error. Job and Func also need a non-nil job.
+func Validate(l *guard.Locker, name string, opts ...Option) error {
+	c := newConfig(l, name, opts)
+	return c.err()
+}
+
+// guarded is the cron.Job that Job and Func return.
+type guarded struct {
+	l    *guard.Locker
+	name string
+	fn   func(context.Context) error
+	cfg  config
+}
+
+func newGuarded(l *guard.Locker, name string, opts []Option) *guarded {
+	return &guarded{l: l, name: name, cfg: newConfig(l, name, opts)}
+}
+
+func (g *guarded) addErr(err error) { g.cfg.errs = append(g.cfg.errs, err) }
+
+// Run claims the current tick, takes the job's lease and runs the job. It
+// is what cron calls at every activation.
+func (g *guarded) Run() {
+	c := &g.cfg
+	if err := c.err(); err != nil {
+		c.log.Error(err, "cronguard: job not run", "job", g.name)
+		return
+	}
+	now := c.now()
+	tick, claimTTL := c.tickOf(now)
+	label := tick.UTC().Format(time.RFC3339Nano)
+	kv := []any{"job", g.name, "tick", tick}
+	base := c.base
+	if base.Err() != nil {
+		c.log.Info("cronguard: skip", append(kv, "reason", "base context done")...)
+		return
+	}
+	if c.dedupe {
+		won, err := g.l.Claim(base, g.name+"@"+label, []byte(now.Format(time.RFC3339Nano)), claimTTL)
+		switch {
+		case err != nil && base.Err() != nil:
+			c.log.Info("cronguard: skip", append(kv, "reason", "base context done")...)
+			return
+		case err != nil:
+			c.log.Error(err, "cronguard: job not run: cannot claim the tick", kv...)
+			return
+		case !won:
+			c.log.Info("cronguard: skip", append(kv, "reason", "tick already claimed")...)
+			return
+		}
+	}
+
+	ctx := context.WithValue(base, runKey{}, &runInfo{name: g.name, tick: tick})
+	var (
+		ran      bool
+		panicked *panicError
+	)
+	err := g.l.WithLock(ctx, g.name, func(ctx context.Context) (err error) {
+		ran = true
+		defer func() {
+			if r := recover(); r != nil {
+				panicked = newPanicError(r)
+				err = panicked
+			}
+		}()
+		return g.fn(ctx)
+	}, c.lockOptions(g.name, label)...)
+
+	switch {
+	case !ran && base.Err() != nil:
+		c.log.Info("cronguard: skip", append(kv, "reason", "base context done")...)
+	case !ran && errors.Is(err, guard.ErrNotAcquired):
+		reason := "still running"
+		if c.wait > 0 {
+			reason = fmt.Sprintf("still running after waiting %v", c.wait)
+		}
+		c.log.Info("cronguard: skip", append(kv, "reason", reason)...)
+	case !ran:
+		c.log.Error(err, "cronguard: job not run: cannot take the lease", kv...)
+	case panicked != nil:
+		c.log.Error(err, "cronguard: panic", append(kv, "stack", "...\n"+string(panicked.stack))...)
+	case errors.Is(err, guard.ErrLeaseLost):
+		c.log.Error(err, "cronguard: lease lost during the run", kv...)
+	case err != nil && base.Err() != nil && errors.Is(err, base.Err()):
+		c.log.Info("cronguard: job stopped", append(kv, "reason", "base context done")...)
+	case err != nil:
+		c.log.Error(err, "cronguard: job failed", kv...)
+	}
+}
+
+// panicError is a recovered panic, reported as the run's error so that
+// observers (tracing) record it.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func newPanicError(v any) *panicError {
+	buf := make([]byte, 64<<10)
+	buf = buf[:runtime.Stack(buf, false)]
+	return &panicError{value: v, stack: buf}
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("cronguard: job panicked: %v", e.value) }
+
+// Unwrap returns the panic value if it is an error.
+func (e *panicError) Unwrap() error {
+	err, _ := e.value.(error)
+	return err
+}
+
+func attrJob(name string) slog.Attr   { return slog.String("jobguard.cron.job", name) }
+func attrTick(label string) slog.Attr { return slog.String("jobguard.cron.tick", label) }

@@ -1,0 +1,125 @@
+package cronguard_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/jobguard/jobguard/cronguard"
+	"github.com/jobguard/jobguard/guard"
+	"github.com/redis/go-redis/v9"
+	"github.com/robfig/cron/v3"
+)
+
+// exampleClient returns a client on an embedded Redis, so the examples run
+// anywhere; use your own redis.NewClient (or a Sentinel or Cluster client).
+func exampleClient() (*redis.Client, func()) {
+	m, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	return client, func() { client.Close(); m.Close() }
+}
+
+// skipPrinter is a cron.Logger that prints skipped ticks.
+type skipPrinter string
+
+func (p skipPrinter) Info(msg string, kv ...any) {
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i] == "reason" {
+			fmt.Printf("%s skips: %v\n", p, kv[i+1])
+		}
+	}
+}
+
+func (p skipPrinter) Error(err error, msg string, kv ...any) { fmt.Println(p, msg, err) }
+
+// Three instances of a service schedule the same nightly job. When the day
+// comes, cron calls the job on each of them; it runs on the first.
+func Example() {
+	client, stop := exampleClient()
+	defer stop()
+
+	var jobs []cron.Job
+	for i := 1; i <= 3; i++ {
+		locker, err := guard.New(client) // in real life: one per process
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer locker.Close()
+		instance := fmt.Sprintf("instance-%d", i)
+		jobs = append(jobs, cronguard.Func(locker, "nightly-report", func(ctx context.Context) error {
+			token, _ := guard.TokenFrom(ctx, cronguard.JobName(ctx))
+			fmt.Printf("%s runs %s with fencing token %d\n", instance, cronguard.JobName(ctx), token)
+			return nil
+		}, cronguard.Spec("@daily"), cronguard.Logger(skipPrinter(instance))))
+	}
+	// Each instance's cron would call Run at midnight; call it by hand.
+	for _, job := range jobs {
+		job.Run()
+	}
+	// Output:
+	// instance-1 runs nightly-report with fencing token 1
+	// instance-2 skips: tick already claimed
+	// instance-3 skips: tick already claimed
+}
+
+// The usual setup: the Spec is the one cron schedules by, the Logger is
+// cron's, and the base context ends on shutdown, which cancels running jobs'
+// contexts; cron's Stop then waits for them.
+func ExampleFunc() {
+	client, stop := exampleClient()
+	defer stop()
+	locker, err := guard.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer cancel()
+
+	logger := cron.VerbosePrintfLogger(log.New(os.Stderr, "cron: ", log.LstdFlags))
+	c := cron.New(cron.WithLogger(logger))
+	const spec = "@every 5m"
+	opts := []cronguard.Option{cronguard.Spec(spec), cronguard.Logger(logger), cronguard.BaseContext(ctx)}
+	if err := cronguard.Validate(locker, "sync-invoices", opts...); err != nil {
+		log.Fatal(err) // a typo in an option is found at startup
+	}
+	_, err = c.AddJob(spec, cronguard.Func(locker, "sync-invoices", func(ctx context.Context) error {
+		return nil // sync, and stop when ctx is done
+	}, opts...))
+	if err != nil {
+		log.Fatal(err)
+	}
+	c.Start()
+	<-ctx.Done()
+	<-c.Stop().Done()
+}
+
+// Wrapper guards a plain cron.Job in a cron.Chain. It recovers and logs
+// panics itself, so cron.Recover is not needed in front of it.
+func ExampleWrapper() {
+	client, stop := exampleClient()
+	defer stop()
+	locker, err := guard.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	logger := cron.PrintfLogger(log.New(os.Stderr, "cron: ", log.LstdFlags))
+	c := cron.New(cron.WithLogger(logger))
+	guarded := cron.NewChain(
+		cronguard.Wrapper(locker, "nightly-cleanup", cronguard.Spec("0 3 * * *"), cronguard.Logger(logger)),
+	)
+	_, err = c.AddJob("0 3 * * *", guarded.Then(cron.FuncJob(func() { fmt.Println("cleaning up") })))
+	if err != nil {
+		log.Fatal(err)
+	}
+	c.Start()
+	defer func() { <-c.Stop().Done() }()
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/jobguard/jobguard/internal/redistest"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, redistest.LeakOptions()...)
+}
+
+// event is one line of the story about a job's tick.
+var event = regexp.MustCompile(`\] (instance-\d): (report|rebuild) tick (\S+) (.*)$`)
+
+// TestRun runs the whole story on the embedded Redis and checks its output.
+func TestRun(t *testing.T) {
+	t.Setenv("REDIS_URL", "") // the embedded server, whatever the environment says
+	var out strings.Builder
+	if err := run(t.Context(), &out); err != nil {
+		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
+	}
+	t.Logf("output:\n%s", out.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+
+	ran := map[string]int{}       // report tick → runs
+	mentioned := map[string]int{} // report tick → lines
+	lateSkips := 0
+	running, overlaps, busy, stopped := 0, 0, 0, 0
+	shutdown := false
+	for _, l := range lines {
+		if strings.Contains(l, "fleet: shutting down") {
+			shutdown = true
+		}
+		if strings.Contains(l, ": cronguard: ") {
+			t.Errorf("error logged: %s", l)
+		}
+		m := event.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		who, job, tick, what := m[1], m[2], m[3], m[4]
+		switch job {
+		case "report":
+			mentioned[tick]++
+			if strings.HasPrefix(what, "ran") {
+				ran[tick]++
+			} else if who == "instance-3" && what == "skipped: tick already claimed" {
+				lateSkips++
+			}
+		case "rebuild":
+			switch {
+			case strings.HasPrefix(what, "started"):
+				if running++; running > 1 {
+					overlaps++
+				}
+			case what == "done":
+				running--
+			case strings.HasPrefix(what, "told to stop"):
+				running--
+				if !shutdown || what != "told to stop: context canceled" {
+					t.Errorf("unexpected stop: %s", l)
+				}
+				stopped++
+			case what == "skipped: still running":
+				busy++
+			}
+		}
+	}
+
+	if len(ran) < 2 {
+		t.Errorf("report ran on %d ticks, want at least 2", len(ran))
+	}
+	for tick := range mentioned {
+		if ran[tick] != 1 {
+			t.Errorf("report tick %s ran %d times, want once", tick, ran[tick])
+		}
+	}
+	if lateSkips < 2 {
+		t.Errorf("the late instance skipped %d ticks that another ran, want at least 2", lateSkips)
+	}
+	if overlaps != 0 {
+		t.Errorf("%d rebuilds started while another ran", overlaps)
+	}
+	if busy < 1 {
+		t.Error("no rebuild tick was skipped as still running")
+	}
+	if stopped != 1 {
+		t.Errorf("%d rebuilds told to stop at shutdown, want 1", stopped)
+	}
+}
