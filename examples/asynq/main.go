@@ -6,6 +6,7 @@
 //
 //	go run ./examples/asynq                                            # starts a local redis-server
 //	REDIS_URL=redis://127.0.0.1:6379/15 go run ./examples/asynq        # a real one
+//	go run ./examples/asynq -trace                                     # and print the spans
 package main
 
 import (
@@ -13,6 +14,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -23,25 +25,44 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/jobguard/jobguard/asynqguard"
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/tracing"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 const taskType = "email:welcome"
 
 func main() {
-	if err := run(context.Background(), os.Stdout); err != nil {
+	withTrace := flag.Bool("trace", false, "print every lock operation's OpenTelemetry spans (stdout exporter)")
+	flag.Parse()
+	var opts []guard.Option
+	if *withTrace {
+		// Spans print as they end, interleaved with the story; a service
+		// would export them to a collector instead.
+		exporter, err := stdouttrace.New(stdouttrace.WithWriter(os.Stdout), stdouttrace.WithPrettyPrint())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "asynq example:", err)
+			os.Exit(1)
+		}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+		defer tp.Shutdown(context.Background())
+		opts = append(opts, guard.WithObserver(tracing.New(tracing.WithTracerProvider(tp))))
+	}
+	if err := run(context.Background(), os.Stdout, opts...); err != nil {
 		fmt.Fprintln(os.Stderr, "asynq example:", err)
-		os.Exit(1)
+		os.Exit(1) // the syncer has printed every span already
 	}
 }
 
-func run(ctx context.Context, out io.Writer) error {
-	opts, stopRedis, err := connect(ctx)
+// run tells the story on out; opts go to every server's Locker.
+func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
+	rdbOpts, stopRedis, err := connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer stopRedis()
-	redisOpt := asynq.RedisClientOpt{Addr: opts.Addr, Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLSConfig}
+	redisOpt := asynq.RedisClientOpt{Addr: rdbOpts.Addr, Username: rdbOpts.Username, Password: rdbOpts.Password, DB: rdbOpts.DB, TLSConfig: rdbOpts.TLSConfig}
 	queue := "asynqguard-example-" + strings.ToLower(rand.Text()[:6]) // never mixes with an earlier run's tasks
 
 	client := asynq.NewClient(redisOpt)
@@ -65,7 +86,7 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 
 	for _, name := range []string{"server-A", "server-B"} {
-		stop, err := startServer(name, opts, redisOpt, queue, p, st)
+		stop, err := startServer(name, rdbOpts, redisOpt, queue, p, st, opts...)
 		if err != nil {
 			return err
 		}
@@ -99,11 +120,11 @@ func run(ctx context.Context, out io.Writer) error {
 	return nil
 }
 
-// startServer starts one asynq server with its own guard.Locker and returns
-// the function that stops both.
-func startServer(name string, opts *redis.Options, redisOpt asynq.RedisClientOpt, queue string, p *printer, st *story) (stop func(), err error) {
-	rdb := redis.NewClient(opts)
-	locker, err := guard.New(rdb)
+// startServer starts one asynq server with its own guard.Locker, made with
+// lockerOpts, and returns the function that stops both.
+func startServer(name string, rdbOpts *redis.Options, redisOpt asynq.RedisClientOpt, queue string, p *printer, st *story, lockerOpts ...guard.Option) (stop func(), err error) {
+	rdb := redis.NewClient(rdbOpts)
+	locker, err := guard.New(rdb, lockerOpts...)
 	if err != nil {
 		rdb.Close()
 		return nil, err

@@ -7,10 +7,12 @@
 //
 //	go run ./examples/cron                                            # embedded Redis
 //	REDIS_URL=redis://127.0.0.1:6379/15 go run ./examples/cron        # a real one
+//	go run ./examples/cron -trace                                     # and print the spans
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,14 +21,32 @@ import (
 
 	"github.com/jobguard/jobguard/cronguard"
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/tracing"
 	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 func main() {
-	if err := run(context.Background(), os.Stdout); err != nil {
+	withTrace := flag.Bool("trace", false, "print every lock operation's OpenTelemetry spans (stdout exporter)")
+	flag.Parse()
+	var opts []guard.Option
+	if *withTrace {
+		// Spans print as they end, interleaved with the story; a service
+		// would export them to a collector instead.
+		exporter, err := stdouttrace.New(stdouttrace.WithWriter(os.Stdout), stdouttrace.WithPrettyPrint())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cron:", err)
+			os.Exit(1)
+		}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+		defer tp.Shutdown(context.Background())
+		opts = append(opts, guard.WithObserver(tracing.New(tracing.WithTracerProvider(tp))))
+	}
+	if err := run(context.Background(), os.Stdout, opts...); err != nil {
 		fmt.Fprintln(os.Stderr, "cron:", err)
-		os.Exit(1)
+		os.Exit(1) // the syncer has printed every span already
 	}
 }
 
@@ -37,7 +57,8 @@ type instance struct {
 	locker *guard.Locker
 }
 
-func run(ctx context.Context, out io.Writer) error {
+// run tells the story on out; opts go to every instance's Locker.
+func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 	dial, stopRedis, err := connect()
 	if err != nil {
 		return err
@@ -58,7 +79,7 @@ func run(ctx context.Context, out io.Writer) error {
 			c.Close()
 			return fmt.Errorf("redis: %w", err)
 		}
-		l, err := guard.New(c)
+		l, err := guard.New(c, opts...)
 		if err != nil {
 			c.Close()
 			return err

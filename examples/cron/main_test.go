@@ -1,11 +1,17 @@
 package main
 
 import (
+	"context"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/jobguard/jobguard/guard"
 	"github.com/jobguard/jobguard/internal/redistest"
+	"github.com/jobguard/jobguard/tracing"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/goleak"
 )
 
@@ -91,4 +97,43 @@ func TestRun(t *testing.T) {
 	if stopped != 1 {
 		t.Errorf("%d rebuilds told to stop at shutdown, want 1", stopped)
 	}
+}
+
+// TestRunWithTrace runs the story with spans printed, as -trace does.
+func TestRunWithTrace(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	out := &lockedWriter{}
+	exporter, err := stdouttrace.New(stdouttrace.WithWriter(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+	defer tp.Shutdown(context.Background())
+	if err := run(t.Context(), out, guard.WithObserver(tracing.New(tracing.WithTracerProvider(tp)))); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	// The run spans carry the attribute cronguard adds to every lease.
+	for _, want := range []string{`"Name":"jobguard.run"`, `"Key":"jobguard.cron.job"`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("trace output lacks %s", want)
+		}
+	}
+}
+
+// lockedWriter lets the story and the span exporter write to one buffer.
+type lockedWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }

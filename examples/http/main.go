@@ -5,6 +5,7 @@
 //
 //	go run ./examples/http                                            # embedded Redis
 //	REDIS_URL=redis://127.0.0.1:6379/15 go run ./examples/http        # a real one
+//	go run ./examples/http -trace                                     # and print the spans
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -24,16 +26,35 @@ import (
 
 	"github.com/jobguard/jobguard/guard"
 	"github.com/jobguard/jobguard/httpguard"
+	"github.com/jobguard/jobguard/tracing"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 func main() {
-	if err := run(context.Background(), os.Stdout); err != nil {
+	withTrace := flag.Bool("trace", false, "print every lock operation's OpenTelemetry spans (stdout exporter)")
+	flag.Parse()
+	var opts []guard.Option
+	if *withTrace {
+		// Spans print as they end, interleaved with the story; a service
+		// would export them to a collector instead.
+		exporter, err := stdouttrace.New(stdouttrace.WithWriter(os.Stdout), stdouttrace.WithPrettyPrint())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "http example:", err)
+			os.Exit(1)
+		}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+		defer tp.Shutdown(context.Background())
+		opts = append(opts, guard.WithObserver(tracing.New(tracing.WithTracerProvider(tp))))
+	}
+	if err := run(context.Background(), os.Stdout, opts...); err != nil {
 		fmt.Fprintln(os.Stderr, "http example:", err)
-		os.Exit(1)
+		os.Exit(1) // the syncer has printed every span already
 	}
 }
 
-func run(ctx context.Context, out io.Writer) error {
+// run tells the story on out; opts go to the service's Locker.
+func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 	dial, stopRedis, err := connect()
 	if err != nil {
 		return err
@@ -44,7 +65,7 @@ func run(ctx context.Context, out io.Writer) error {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
-	locker, err := guard.New(rdb)
+	locker, err := guard.New(rdb, opts...)
 	if err != nil {
 		return err
 	}

@@ -1,10 +1,16 @@
 package main
 
 import (
+	"context"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/jobguard/jobguard/guard"
 	"github.com/jobguard/jobguard/internal/redistest"
+	"github.com/jobguard/jobguard/tracing"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/goleak"
 )
 
@@ -49,4 +55,43 @@ func TestRun(t *testing.T) {
 	if !strings.Contains(lines[len(lines)-1], "the handler ran 2 times for 6 requests; orders: book, pen") {
 		t.Errorf("last line %q", lines[len(lines)-1])
 	}
+}
+
+// TestRunWithTrace runs the story with spans printed, as -trace does.
+func TestRunWithTrace(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	out := &lockedWriter{}
+	exporter, err := stdouttrace.New(stdouttrace.WithWriter(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+	defer tp.Shutdown(context.Background())
+	if err := run(t.Context(), out, guard.WithObserver(tracing.New(tracing.WithTracerProvider(tp)))); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	// The run spans carry the attribute httpguard adds to every lease.
+	for _, want := range []string{`"Name":"jobguard.run"`, `"Key":"http.route"`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("trace output lacks %s", want)
+		}
+	}
+}
+
+// lockedWriter lets the story and the span exporter write to one buffer.
+type lockedWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
