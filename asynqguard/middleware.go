@@ -99,7 +99,7 @@ func (m *middleware) process(ctx context.Context, t *asynq.Task, next asynq.Hand
 	// Asynq archives a task with no retry left whatever the error, so under
 	// Retry such a task waits for the key (until its context ends) instead.
 	if m.cfg.policy != policyRetry || !lastAttempt(ctx) {
-		opts = append(opts, guard.Wait(m.cfg.wait))
+		opts = append(opts, guard.Wait(m.waitBefore(ctx)))
 	}
 	ran := false
 	err = m.l.WithLock(ctx, key, func(ctx context.Context) error {
@@ -108,11 +108,25 @@ func (m *middleware) process(ctx context.Context, t *asynq.Task, next asynq.Hand
 	}, opts...)
 	if ran {
 		if errors.Is(err, guard.ErrLeaseLost) {
-			m.log(ctx, slog.LevelError, "asynqguard: lease lost while the handler ran; the task fails", attrs, "err", err)
+			m.log(ctx, slog.LevelWarn, "asynqguard: lease lost while the handler ran; the task fails", attrs, "err", err)
 		}
 		return err
 	}
 	return m.notRun(ctx, err, attrs)
+}
+
+// deadlineMargin is how long before the task's deadline a wait for a busy
+// key gives up, so that the task ends busy (no retry spent) rather than by
+// its deadline (a failure).
+const deadlineMargin = 500 * time.Millisecond
+
+// waitBefore is the WaitFor budget, cut short to end before the task's deadline.
+func (m *middleware) waitBefore(ctx context.Context) time.Duration {
+	wait := m.cfg.wait
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, max(0, time.Until(dl)-deadlineMargin))
+	}
+	return wait
 }
 
 // lastAttempt reports whether asynq would archive the task on any error.
@@ -136,6 +150,12 @@ func (m *middleware) run(ctx context.Context, t *asynq.Task, key, id string, nex
 	}
 	if err := next.ProcessTask(ctx, t); err != nil || !m.cfg.doneSet {
 		return err
+	}
+	if ctx.Err() != nil {
+		// The handler returned nil after its context ended (lease lost,
+		// asynq's timeout): it may have stopped half way, so the task is not
+		// recorded as done and a retry runs it.
+		return nil
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), doneTimeout)
 	defer cancel()

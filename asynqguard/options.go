@@ -94,9 +94,10 @@ func Revoke() Option { return func(c *config) { c.policy = policyRevoke } }
 // again.
 func Archive() Option { return func(c *config) { c.policy = policyArchive } }
 
-// WaitFor makes a task wait up to d for a busy key (never beyond the task's
-// context) before the busy policy applies. Default: 0, try once, so a busy
-// task frees its worker at once. Must be >= 0.
+// WaitFor makes a task wait up to d for a busy key before the busy policy
+// applies, ending half a second before the task's deadline so that a busy
+// task ends busy (no retry spent) rather than by its deadline. Default: 0,
+// try once, so a busy task frees its worker at once. Must be >= 0.
 func WaitFor(d time.Duration) Option { return func(c *config) { c.wait = d } }
 
 // DoneTTL records, when the handler returns nil, that the task's key is
@@ -114,7 +115,8 @@ func DoneTTL(d time.Duration) Option {
 func TTL(d time.Duration) Option { return func(c *config) { c.ttl, c.ttlSet = d, true } }
 
 // Logger sets the logger: contention and skipped duplicates at Info, a
-// lost lease at Error. Default: a logger that discards everything.
+// lost lease at Warn (guard's own logger reports the loss at Error).
+// Default: a logger that discards everything.
 // Must not be nil.
 func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 

@@ -108,6 +108,9 @@ func (g *guarded) Run() {
 		case err != nil && base.Err() != nil:
 			c.log.Info("cronguard: skip", append(kv, "reason", "base context done")...)
 			return
+		case errors.Is(err, guard.ErrClosed):
+			c.log.Info("cronguard: skip", append(kv, "reason", "locker closed")...)
+			return
 		case err != nil:
 			c.log.Error(err, "cronguard: job not run: cannot claim the tick", kv...)
 			return
@@ -147,7 +150,8 @@ func (g *guarded) Run() {
 	case panicked != nil:
 		c.log.Error(err, "cronguard: panic", append(kv, "stack", "...\n"+string(panicked.stack))...)
 	case errors.Is(err, guard.ErrLeaseLost):
-		c.log.Error(err, "cronguard: lease lost during the run", kv...)
+		// guard's logger reports the loss at Error; this names the tick.
+		c.log.Info("cronguard: lease lost during the run", append(kv, "err", err)...)
 	case err != nil && base.Err() != nil && errors.Is(err, base.Err()):
 		c.log.Info("cronguard: job stopped", append(kv, "reason", "base context done")...)
 	case err != nil:

@@ -32,9 +32,12 @@
 // firing is named by the activation it was for, whatever the skew. Skew and
 // late starts only spread the claims of one tick over time, and the claim
 // outlives that spread while clocks are less than about one period apart
-// (a minute without a Spec). A run may start up to one period after its
-// activation (a busy machine, a wrapper that delays it) and still get its
-// own tick. Go timers do not fire early; only a wall clock stepped back
+// (a minute without a Spec). With a Spec, a run may start up to one period
+// after its activation (a busy machine, a wrapper that delays it) and still
+// get its own tick. Without a Spec the tick is the whole second the run
+// starts in, so a run that starts a second or more late takes another tick
+// and may run it again: give a Spec when runs can start late, as with
+// cron.DelayIfStillRunning. Go timers do not fire early; only a wall clock stepped back
 // while cron waited can start a run before its activation, which then
 // takes the previous tick, normally already claimed, and skips.
 //

@@ -204,10 +204,16 @@ func (h *handler) locked(lease context.Context, q *request) bool {
 	rw := &recorder{ResponseWriter: q.w, allow: h.c.replayHeaders, limit: h.c.maxStoredBody}
 	h.next.ServeHTTP(rw, r) // a panic propagates: nothing is stored
 
+	wroteNothing := rw.status == 0
 	rec, ok := rw.finish()
 	switch {
 	case lease.Err() != nil:
 		return false // the lease was lost: serve reports it
+	case wroteNothing && q.r.Context().Err() != nil:
+		// The client left and the handler gave up without answering: the
+		// empty 200 net/http would send is not a result to replay.
+		q.log.Debug("httpguard: client gone before a response; not stored")
+		return false
 	case !ok:
 		q.log.Debug("httpguard: handled; response not stored", "status", rec.Status, "body_over_limit", rw.overflow)
 		return false
@@ -237,23 +243,28 @@ func (h *handler) locked(lease context.Context, q *request) bool {
 // it answered.
 func (h *handler) answerFromStore(ctx context.Context, q *request) bool {
 	b, ok, err := h.l.Claimed(ctx, q.responseKey())
-	if err == nil && ok {
-		var rec record
-		if rec, err = decodeRecord(b); err == nil {
-			if !bytes.Equal(rec.Fingerprint, q.fingerprint) {
-				h.deny(q.w, q.r, problemKeyReused())
-				return true
-			}
-			replay(q.w, rec)
-			q.log.Debug("httpguard: replayed", "status", rec.Status)
-			return true
-		}
-	}
 	if err != nil {
 		h.unavailable(q, err)
 		return true
 	}
-	return false
+	if !ok {
+		return false
+	}
+	rec, err := decodeRecord(b)
+	if err != nil {
+		// Not a record this version can read (another version wrote it):
+		// failing closed keeps the handler from running twice for the key.
+		q.log.Error("httpguard: stored response unreadable; answering 503", "err", err)
+		h.unavailable(q, err)
+		return true
+	}
+	if !bytes.Equal(rec.Fingerprint, q.fingerprint) {
+		h.deny(q.w, q.r, problemKeyReused())
+		return true
+	}
+	replay(q.w, rec)
+	q.log.Debug("httpguard: replayed", "status", rec.Status)
+	return true
 }
 
 // readBody reads the body to fingerprint it, up to MaxBody bytes.
