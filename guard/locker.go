@@ -321,7 +321,7 @@ func (l *Locker) reenter(ctx context.Context, h *hold, write bool) (*Lease, erro
 	} else {
 		reads++
 	}
-	res, err := l.update(ctx, h, writes, reads)
+	res, err := l.update(ctx, h, writes, reads, "acquire")
 	if err != nil {
 		return nil, err
 	}
@@ -576,13 +576,14 @@ func (h *hold) end(cause error) bool {
 	return true
 }
 
-// update sets the owner's hold counts in Redis (update.lua).
-func (l *Locker) update(ctx context.Context, h *hold, writes, reads int) (int64, error) {
+// update sets the owner's hold counts in Redis (update.lua); op names the
+// round trip for observers ("acquire" for a re-entry, "release").
+func (l *Locker) update(ctx context.Context, h *hold, writes, reads int, op string) (int64, error) {
 	start := time.Now()
 	res, err := call(ctx, l, func(ctx context.Context) (int64, error) {
 		return l.scripts.update.Run(ctx, l.client, h.keys.forUpdate(), h.owner, writes, reads, l.publish, l.idleOn(h.keys)).Int64()
 	}, nil)
-	l.obs.Event(h.obsCtx, EventRoundTrip, Info{Key: h.key, Name: h.name, Op: "release", Duration: time.Since(start), Err: err})
+	l.obs.Event(h.obsCtx, EventRoundTrip, Info{Key: h.key, Name: h.name, Op: op, Duration: time.Since(start), Err: err})
 	return res, redisError(h.key, err)
 }
 
@@ -614,7 +615,7 @@ func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 	if h.over.Load() {
 		var state string
 		if final && !l.isClosed() { // the key may still be ours on the server; free it for the next owner
-			res, err := l.update(ctx, h, 0, 0)
+			res, err := l.update(ctx, h, 0, 0, "release")
 			switch {
 			case err != nil:
 			case res == resultOK:
@@ -667,7 +668,7 @@ func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 func (l *Locker) updateRetrying(ctx context.Context, h *hold, writes, reads int) (int64, error) {
 	backoff := 10 * time.Millisecond
 	for {
-		res, err := l.update(ctx, h, writes, reads)
+		res, err := l.update(ctx, h, writes, reads, "release")
 		if err == nil {
 			return res, nil
 		}

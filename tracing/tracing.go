@@ -11,8 +11,9 @@
 // Metrics: jobguard.lock.acquire.duration, jobguard.lock.hold.duration and
 // jobguard.lock.operation.duration (histograms, seconds) and
 // jobguard.lock.count (up-down counter of waiting and held leases). They
-// carry the low-cardinality jobguard.lock.name (guard.Name; the key by
-// default), never the key.
+// carry jobguard.lock.name, never jobguard.lock.key. The name is guard.Name,
+// or the key when none is given: give a Name to locks whose keys carry ids
+// (the adapters do), or every id becomes a metric series.
 //
 // This is the only package of jobguard that imports OpenTelemetry.
 package tracing
@@ -22,6 +23,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jobguard/jobguard/guard"
@@ -88,8 +90,13 @@ type observer struct {
 	holdTime    metric.Float64Histogram
 	opTime      metric.Float64Histogram
 	count       metric.Int64UpDownCounter
-	sets        sync.Map // setKey -> metric.MeasurementOption, so a hot path builds no attribute set
+	sets        sync.Map     // setKey -> metric.MeasurementOption, so a hot path builds no attribute set
+	cached      atomic.Int64 // entries in sets, at most maxCachedSets
 }
+
+// maxCachedSets bounds the attribute-set cache: lock names are meant to be
+// few, but one left at its default (the key) may carry an id.
+const maxCachedSets = 1024
 
 // setKey names the attributes of one metric series: the lock name and one
 // more attribute.
@@ -114,8 +121,14 @@ func (o *observer) attrs(k setKey) metric.MeasurementOption {
 		kvs = append(kvs, attrErrorType.String(k.err))
 	}
 	opt := metric.WithAttributeSet(attribute.NewSet(kvs...))
-	v, _ := o.sets.LoadOrStore(k, opt)
-	return v.(metric.MeasurementOption)
+	if o.cached.Load() >= maxCachedSets {
+		return opt
+	}
+	if v, loaded := o.sets.LoadOrStore(k, opt); loaded {
+		return v.(metric.MeasurementOption)
+	}
+	o.cached.Add(1)
+	return opt
 }
 
 // New returns an Observer for guard.WithObserver. Providers not given are
@@ -162,6 +175,7 @@ type phase struct {
 	span  trace.Span
 	start time.Time
 	run   bool
+	key   string
 }
 
 type phaseKey struct{}
@@ -174,10 +188,11 @@ func (o *observer) Begin(ctx context.Context, p guard.Phase, info guard.Info) co
 	case guard.PhaseAcquire:
 		name = spanAcquire
 	}
-	// The run span describes the lock; its children add only what is theirs.
+	// The run span describes the lock; its own children add only what is
+	// theirs. An operation on another key inside the job says which.
 	parent, _ := ctx.Value(phaseKey{}).(*phase)
 	var start []trace.SpanStartOption
-	if p == guard.PhaseRun || parent == nil || !parent.run {
+	if p == guard.PhaseRun || parent == nil || !parent.run || parent.key != info.Key {
 		attrs := make([]attribute.KeyValue, 0, 3+len(info.Attrs))
 		attrs = append(attrs, attrKey.String(info.Key), attrName.String(info.Name), attrMode.String(mode(info)))
 		if p == guard.PhaseRun {
@@ -187,7 +202,7 @@ func (o *observer) Begin(ctx context.Context, p guard.Phase, info guard.Info) co
 	}
 	start = append(start, trace.WithSpanKind(trace.SpanKindInternal))
 	ctx, span := o.tracer.Start(ctx, name, start...)
-	return context.WithValue(ctx, phaseKey{}, &phase{span: span, start: time.Now(), run: p == guard.PhaseRun})
+	return context.WithValue(ctx, phaseKey{}, &phase{span: span, start: time.Now(), run: p == guard.PhaseRun, key: info.Key})
 }
 
 func (o *observer) End(ctx context.Context, p guard.Phase, info guard.Info) {
@@ -213,6 +228,9 @@ func (o *observer) End(ctx context.Context, p guard.Phase, info guard.Info) {
 		switch info.Result {
 		case "busy", "timeout", "canceled": // skipped, not failed
 			span.SetAttributes(attrResult.String(info.Result))
+		case "error": // could not acquire: Redis or input failed
+			span.SetAttributes(attrResult.String(info.Result))
+			failed(span, info.Err)
 		default:
 			span.SetAttributes(attrReentrant.Bool(info.Reentrant), attrRenewals.Int(info.Renewals),
 				attrToken.Int64(info.Token), attrTTL.Float64(info.TTL.Seconds()))

@@ -302,3 +302,50 @@ func TestErrorType(t *testing.T) {
 		}
 	}
 }
+
+// An operation on another key inside a job names its key.
+func TestNestedOperationOnAnotherKey(t *testing.T) {
+	r := newRig(t)
+	err := r.locker.WithLock(t.Context(), "outer", func(ctx context.Context) error {
+		le, err := r.locker.Acquire(ctx, "inner")
+		if err != nil {
+			return err
+		}
+		return le.Release(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]int{}
+	for _, s := range r.spans.Ended() {
+		if s.Name() == "jobguard.lock.acquire" || s.Name() == "jobguard.lock.release" {
+			v, _ := attr(s, "jobguard.lock.key")
+			keys[v.AsString()]++
+		}
+	}
+	// The outer run's own children inherit its key; the inner ones carry theirs.
+	if keys["inner"] != 2 || keys[""] != 2 {
+		t.Fatalf("acquire/release spans by key attribute %v, want inner:2 and 2 children of the outer run", keys)
+	}
+}
+
+// A run that could not acquire because Redis refused is an Error, not a skip.
+func TestFailedAcquisitionMarksTheRun(t *testing.T) {
+	r := newRig(t)
+	admin := redis.NewClient(&redis.Options{Addr: r.addr})
+	defer admin.Close()
+	if err := admin.Set(t.Context(), "guard:{str}", "not a lock", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err := r.locker.WithLock(t.Context(), "str", func(context.Context) error { return nil })
+	if !errors.Is(err, guard.ErrWrongType) {
+		t.Fatalf("err = %v", err)
+	}
+	run := r.ended("jobguard.run")[0]
+	if v, _ := attr(run, "error.type"); run.Status().Code != codes.Error || v.AsString() != "wrong_type" {
+		t.Errorf("run status %v, error.type %q; want Error, wrong_type", run.Status(), v.AsString())
+	}
+	if _, ok := attr(run, "jobguard.lock.fencing_token"); ok {
+		t.Error("a run that never acquired carries a fencing token")
+	}
+}
