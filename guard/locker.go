@@ -631,12 +631,12 @@ func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 	if final {
 		l.hb.remove(h) // no renewal is sent after this point
 	}
-	leaseEnd, sent := l.hb.leaseEnd(h), time.Now()
-	res, err := l.updateRetrying(ctx, h, writes, reads)
+	leaseEnd := l.hb.leaseEnd(h)
+	res, sent, err := l.updateRetrying(ctx, h, writes, reads)
 	if err == nil && res != resultOK && final && sent.Before(leaseEnd) {
-		// Before its safe end the hold can neither have expired nor been
-		// taken: an earlier try of this release (a reply lost, the command
-		// retried by go-redis) is what freed it.
+		// Sent before its safe end, the answer cannot be about a hold that
+		// expired or was taken: an earlier try of this release (a reply
+		// lost, the command retried) is what freed it.
 		res = resultOK
 	}
 	switch {
@@ -662,24 +662,26 @@ func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 	}
 }
 
-// updateRetrying retries update.lua on transport errors until ctx is done.
-// The script sets counts rather than adding to them, so a retry after a reply
-// that was lost is harmless.
-func (l *Locker) updateRetrying(ctx context.Context, h *hold, writes, reads int) (int64, error) {
+// updateRetrying retries update.lua on transport errors until ctx is done,
+// and returns the answer with the time the answered try was sent. The script
+// sets counts rather than adding to them, so a retry after a reply that was
+// lost is harmless.
+func (l *Locker) updateRetrying(ctx context.Context, h *hold, writes, reads int) (int64, time.Time, error) {
 	backoff := 10 * time.Millisecond
 	for {
+		sent := time.Now()
 		res, err := l.update(ctx, h, writes, reads, "release")
 		if err == nil {
-			return res, nil
+			return res, sent, nil
 		}
 		if errors.Is(err, ErrWrongType) || errors.Is(err, ErrClosed) || ctx.Err() != nil {
-			return 0, err
+			return 0, sent, err
 		}
 		select {
 		case <-time.After(backoff):
 			backoff = min(2*backoff, 200*time.Millisecond)
 		case <-ctx.Done():
-			return 0, err
+			return 0, sent, err
 		}
 	}
 }
