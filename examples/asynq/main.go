@@ -24,11 +24,9 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/jobguard/jobguard/asynqguard"
+	"github.com/jobguard/jobguard/examples/internal/exampleenv"
 	"github.com/jobguard/jobguard/guard"
-	"github.com/jobguard/jobguard/tracing"
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 const taskType = "email:welcome"
@@ -40,14 +38,14 @@ func main() {
 	if *withTrace {
 		// Spans print as they end, interleaved with the story; a service
 		// would export them to a collector instead.
-		exporter, err := stdouttrace.New(stdouttrace.WithWriter(os.Stdout), stdouttrace.WithPrettyPrint())
+		var shutdown func()
+		var err error
+		opts, shutdown, err = exampleenv.Tracing(os.Stdout, true)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "asynq example:", err)
 			os.Exit(1)
 		}
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
-		defer tp.Shutdown(context.Background())
-		opts = append(opts, guard.WithObserver(tracing.New(tracing.WithTracerProvider(tp))))
+		defer shutdown()
 	}
 	if err := run(context.Background(), os.Stdout, opts...); err != nil {
 		fmt.Fprintln(os.Stderr, "asynq example:", err)

@@ -20,12 +20,10 @@ import (
 	"time"
 
 	"github.com/jobguard/jobguard/cronguard"
+	"github.com/jobguard/jobguard/examples/internal/exampleenv"
 	"github.com/jobguard/jobguard/guard"
-	"github.com/jobguard/jobguard/tracing"
 	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
-	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 func main() {
@@ -35,14 +33,14 @@ func main() {
 	if *withTrace {
 		// Spans print as they end, interleaved with the story; a service
 		// would export them to a collector instead.
-		exporter, err := stdouttrace.New(stdouttrace.WithWriter(os.Stdout), stdouttrace.WithPrettyPrint())
+		var shutdown func()
+		var err error
+		opts, shutdown, err = exampleenv.Tracing(os.Stdout, true)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "cron:", err)
 			os.Exit(1)
 		}
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
-		defer tp.Shutdown(context.Background())
-		opts = append(opts, guard.WithObserver(tracing.New(tracing.WithTracerProvider(tp))))
+		defer shutdown()
 	}
 	if err := run(context.Background(), os.Stdout, opts...); err != nil {
 		fmt.Fprintln(os.Stderr, "cron:", err)
@@ -59,7 +57,7 @@ type instance struct {
 
 // run tells the story on out; opts go to every instance's Locker.
 func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
-	dial, stopRedis, err := connect()
+	dial, stopRedis, err := exampleenv.Connect()
 	if err != nil {
 		return err
 	}

@@ -24,11 +24,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobguard/jobguard/examples/internal/exampleenv"
 	"github.com/jobguard/jobguard/guard"
 	"github.com/jobguard/jobguard/httpguard"
-	"github.com/jobguard/jobguard/tracing"
-	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 func main() {
@@ -38,14 +36,14 @@ func main() {
 	if *withTrace {
 		// Spans print as they end, interleaved with the story; a service
 		// would export them to a collector instead.
-		exporter, err := stdouttrace.New(stdouttrace.WithWriter(os.Stdout), stdouttrace.WithPrettyPrint())
+		var shutdown func()
+		var err error
+		opts, shutdown, err = exampleenv.Tracing(os.Stdout, true)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "http example:", err)
 			os.Exit(1)
 		}
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
-		defer tp.Shutdown(context.Background())
-		opts = append(opts, guard.WithObserver(tracing.New(tracing.WithTracerProvider(tp))))
+		defer shutdown()
 	}
 	if err := run(context.Background(), os.Stdout, opts...); err != nil {
 		fmt.Fprintln(os.Stderr, "http example:", err)
@@ -55,7 +53,7 @@ func main() {
 
 // run tells the story on out; opts go to the service's Locker.
 func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
-	dial, stopRedis, err := connect()
+	dial, stopRedis, err := exampleenv.Connect()
 	if err != nil {
 		return err
 	}

@@ -1,16 +1,11 @@
 package main
 
 import (
-	"context"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/examples/internal/exampleenv"
 	"github.com/jobguard/jobguard/internal/redistest"
-	"github.com/jobguard/jobguard/tracing"
-	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/goleak"
 )
 
@@ -60,14 +55,13 @@ func TestRun(t *testing.T) {
 // TestRunWithTrace runs the story with spans printed, as -trace does.
 func TestRunWithTrace(t *testing.T) {
 	t.Setenv("REDIS_URL", "")
-	out := &lockedWriter{}
-	exporter, err := stdouttrace.New(stdouttrace.WithWriter(out))
+	out := &exampleenv.Writer{}
+	opts, shutdown, err := exampleenv.Tracing(out, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
-	defer tp.Shutdown(context.Background())
-	if err := run(t.Context(), out, guard.WithObserver(tracing.New(tracing.WithTracerProvider(tp)))); err != nil {
+	defer shutdown()
+	if err := run(t.Context(), out, opts...); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 	// The run spans carry the attribute httpguard adds to every lease.
@@ -76,22 +70,4 @@ func TestRunWithTrace(t *testing.T) {
 			t.Errorf("trace output lacks %s", want)
 		}
 	}
-}
-
-// lockedWriter lets the story and the span exporter write to one buffer.
-type lockedWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }

@@ -1,4 +1,4 @@
-package main
+package exampleenv
 
 import (
 	"fmt"
@@ -10,11 +10,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// connect returns a function that opens a new client (a connection pool of
+// Connect returns a function that opens a new client (a connection pool of
 // its own, as a separate process would have) to the server in REDIS_URL or,
 // when REDIS_URL is unset, to an embedded miniredis. stop shuts the embedded
 // server down; call it after closing every client.
-func connect() (dial func() *redis.Client, stop func(), err error) {
+func Connect() (dial func() *redis.Client, stop func(), err error) {
 	if url := os.Getenv("REDIS_URL"); url != "" {
 		opts, err := redis.ParseURL(url)
 		if err != nil {
