@@ -267,10 +267,11 @@ func TestHandOffAcrossLockersWakesOne(t *testing.T) {
 	perAcquisition := float64(cmds) / float64(n)
 	t.Logf("%d hand-offs over %d Lockers: %d commands (%.1f per acquisition)", n, len(waiting), cmds, perAcquisition)
 	// A release plus one attempt per hand-off, and the Lockers' last
-	// waiters leaving (UNSUBSCRIBE, ZREM); waking every Locker would cost
-	// about 5 per hand-off here.
-	if perAcquisition > 3 {
-		t.Fatalf("%.1f commands per acquisition, want <= 3", perAcquisition)
+	// waiters leaving (UNSUBSCRIBE, ZREM): about 2.5. Waking every Locker
+	// costs about 5; a slow named Locker on a loaded machine lets the 50ms
+	// backups add a few.
+	if perAcquisition >= 3.5 {
+		t.Fatalf("%.1f commands per acquisition, want < 3.5", perAcquisition)
 	}
 }
 
