@@ -312,3 +312,26 @@ func TestHandOffSurvivesDeadWaitingLocker(t *testing.T) {
 		t.Fatalf("hand-off took %v, want about the 50ms grace, far below the 30s TTL", took)
 	}
 }
+
+func TestCloseReleasesManyLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	l := newLocker(t, srv.Addr())
+	if err := client.ScriptFlush(t.Context()).Err(); err != nil { // Close must load what it runs
+		t.Fatal(err)
+	}
+	const n = 500
+	for i := range n {
+		mustAcquire(t, t.Context(), l, "many-"+strconv.Itoa(i))
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := client.Keys(t.Context(), "guard:{many-*}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 0 {
+		t.Fatalf("%d lock keys left after Close, want 0", len(keys))
+	}
+}

@@ -127,9 +127,14 @@ func (l *Locker) releaseAll(holds []*hold) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.requestTimeout)
 	defer cancel()
 	_, _ = call(ctx, l, func(ctx context.Context) (struct{}, error) {
+		// EVALSHA: with many holds, sending the script's text with each
+		// would make the pipeline megabytes long.
+		if err := l.scripts.update.Load(ctx, l.client).Err(); err != nil {
+			return struct{}{}, err
+		}
 		pipe := l.client.Pipeline()
 		for _, h := range holds {
-			l.scripts.update.Eval(ctx, pipe, h.keys.forUpdate(), h.owner, 0, 0, l.publish, l.id)
+			l.scripts.update.EvalSha(ctx, pipe, h.keys.forUpdate(), h.owner, 0, 0, l.publish, l.id)
 		}
 		_, err := pipe.Exec(ctx)
 		return struct{}{}, err
