@@ -356,6 +356,7 @@ func TestInvalidConfiguration(t *testing.T) {
 		{"negative wait", l, "j", []cronguard.Option{cronguard.Wait(-time.Second)}, "Wait(-1s): must be >= 0"},
 		{"negative min hold", l, "j", []cronguard.Option{cronguard.MinHold(-time.Second)}, "MinHold(-1s): must be >= 0"},
 		{"zero TTL", l, "j", []cronguard.Option{cronguard.TTL(0)}, "TTL(0s): must be positive"},
+		//lint:ignore SA1012 the case checks that a nil context is rejected
 		{"nil base context", l, "j", []cronguard.Option{cronguard.BaseContext(nil)}, "BaseContext(nil)"},
 		{"nil logger", l, "j", []cronguard.Option{cronguard.Logger(nil)}, "Logger(nil)"},
 		{"first error wins", l, "j", []cronguard.Option{cronguard.Wait(-1), cronguard.TTL(-1)}, "Wait(-1ns)"},

@@ -3,7 +3,6 @@ package guard_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/jobguard/jobguard/guard"
 	"github.com/jobguard/jobguard/internal/redistest"
@@ -52,17 +51,5 @@ func mustRelease(t testing.TB, le *guard.Lease) {
 	t.Helper()
 	if err := le.Release(context.Background()); err != nil {
 		t.Fatalf("Release(%q): %v", le.Key(), err)
-	}
-}
-
-// eventually polls cond every 5ms until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -55,7 +55,6 @@ type Lease struct {
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	once      sync.Once
-	observed  bool // Acquire reported PhaseAcquire; Release reports PhaseRelease
 }
 
 // Key returns the lock key the lease was acquired on.
