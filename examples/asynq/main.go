@@ -14,7 +14,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -31,27 +30,7 @@ import (
 
 const taskType = "email:welcome"
 
-func main() {
-	withTrace := flag.Bool("trace", false, "print every lock operation's OpenTelemetry spans (stdout exporter)")
-	flag.Parse()
-	var opts []guard.Option
-	if *withTrace {
-		// Spans print as they end, interleaved with the story; a service
-		// would export them to a collector instead.
-		var shutdown func()
-		var err error
-		opts, shutdown, err = exampleenv.Tracing(os.Stdout, true)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "asynq example:", err)
-			os.Exit(1)
-		}
-		defer shutdown()
-	}
-	if err := run(context.Background(), os.Stdout, opts...); err != nil {
-		fmt.Fprintln(os.Stderr, "asynq example:", err)
-		os.Exit(1) // the syncer has printed every span already
-	}
-}
+func main() { exampleenv.Main("asynq example", run) }
 
 // run tells the story on out; opts go to every server's Locker.
 func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {

@@ -13,12 +13,10 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,27 +27,7 @@ import (
 	"github.com/jobguard/jobguard/httpguard"
 )
 
-func main() {
-	withTrace := flag.Bool("trace", false, "print every lock operation's OpenTelemetry spans (stdout exporter)")
-	flag.Parse()
-	var opts []guard.Option
-	if *withTrace {
-		// Spans print as they end, interleaved with the story; a service
-		// would export them to a collector instead.
-		var shutdown func()
-		var err error
-		opts, shutdown, err = exampleenv.Tracing(os.Stdout, true)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "http example:", err)
-			os.Exit(1)
-		}
-		defer shutdown()
-	}
-	if err := run(context.Background(), os.Stdout, opts...); err != nil {
-		fmt.Fprintln(os.Stderr, "http example:", err)
-		os.Exit(1) // the syncer has printed every span already
-	}
-}
+func main() { exampleenv.Main("http example", run) }
 
 // run tells the story on out; opts go to the service's Locker.
 func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {

@@ -11,10 +11,8 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"time"
 
@@ -26,27 +24,7 @@ import (
 // job is the lock key every instance competes for.
 const job = "nightly-report"
 
-func main() {
-	withTrace := flag.Bool("trace", false, "print every lock operation's OpenTelemetry spans (stdout exporter)")
-	flag.Parse()
-	var opts []guard.Option
-	if *withTrace {
-		// Spans print as they end, interleaved with the story; a service
-		// would export them to a collector instead.
-		var shutdown func()
-		var err error
-		opts, shutdown, err = exampleenv.Tracing(os.Stdout, true)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "quickstart:", err)
-			os.Exit(1)
-		}
-		defer shutdown()
-	}
-	if err := run(context.Background(), os.Stdout, opts...); err != nil {
-		fmt.Fprintln(os.Stderr, "quickstart:", err)
-		os.Exit(1) // the syncer has printed every span already
-	}
-}
+func main() { exampleenv.Main("quickstart", run) }
 
 // instance is one simulated process: its own Redis client and Locker.
 type instance struct {
