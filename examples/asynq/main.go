@@ -48,10 +48,10 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 	defer inspector.Close()
 	defer func() { _ = inspector.DeleteQueue(queue, true) }()
 
-	p := &printer{w: out, start: time.Now()}
+	p := exampleenv.NewPrinter(out)
 	st := &story{runs: map[string]int{}, running: map[int]int{}}
 
-	p.say("enqueue", "3 welcome emails for user 42 (duplicates) and 1 for user 7")
+	p.Say("enqueue", "3 welcome emails for user 42 (duplicates) and 1 for user 7")
 	var ids []string
 	for _, user := range []int{42, 42, 7, 42} {
 		payload, _ := json.Marshal(map[string]int{"user": user})
@@ -84,13 +84,13 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	p.say("summary", fmt.Sprintf("%d tasks enqueued, %d runs: every task ran exactly once", len(ids), st.total()))
+	p.Say("summary", "%d tasks enqueued, %d runs: every task ran exactly once", len(ids), st.total())
 	beside := "ran beside them"
 	if st.maxUsers < 2 {
 		beside = "did not happen to run beside them"
 	}
-	p.say("summary", fmt.Sprintf("user 42's emails never ran at the same time (%d overlaps); user 7's %s", st.overlaps, beside))
-	p.say("summary", fmt.Sprintf("%d busy retries, retries spent: %d; asynq counted %d failures", st.busy, st.spent, qi.Failed))
+	p.Say("summary", "user 42's emails never ran at the same time (%d overlaps); user 7's %s", st.overlaps, beside)
+	p.Say("summary", "%d busy retries, retries spent: %d; asynq counted %d failures", st.busy, st.spent, qi.Failed)
 	if st.total() != len(ids) || st.overlaps != 0 || st.spent != 0 || qi.Failed != 0 {
 		return errors.New("the guard did not hold")
 	}
@@ -99,7 +99,7 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 
 // startServer starts one asynq server with its own guard.Locker, made with
 // lockerOpts, and returns the function that stops both.
-func startServer(name string, rdbOpts *redis.Options, redisOpt asynq.RedisClientOpt, queue string, p *printer, st *story, lockerOpts ...guard.Option) (stop func(), err error) {
+func startServer(name string, rdbOpts *redis.Options, redisOpt asynq.RedisClientOpt, queue string, p *exampleenv.Printer, st *story, lockerOpts ...guard.Option) (stop func(), err error) {
 	rdb := redis.NewClient(rdbOpts)
 	locker, err := guard.New(rdb, lockerOpts...)
 	if err != nil {
@@ -123,10 +123,10 @@ func startServer(name string, rdbOpts *redis.Options, redisOpt asynq.RedisClient
 				st.mu.Lock()
 				st.busy++
 				st.mu.Unlock()
-				p.say(name, fmt.Sprintf("user %d is busy elsewhere: retry soon (task %s, retry count stays %d)", user(t), short(ctx), n))
+				p.Say(name, "user %d is busy elsewhere: retry soon (task %s, retry count stays %d)", user(t), short(ctx), n)
 				return
 			}
-			p.say(name, fmt.Sprintf("task %s failed: %v", short(ctx), err))
+			p.Say(name, "task %s failed: %v", short(ctx), err)
 		}),
 		Logger:   quietLogger{},
 		LogLevel: asynq.WarnLevel,
@@ -138,7 +138,7 @@ func startServer(name string, rdbOpts *redis.Options, redisOpt asynq.RedisClient
 		n, _ := asynq.GetRetryCount(ctx)
 		st.enter(ctx, u, n)
 		defer st.leave(u)
-		p.say(name, fmt.Sprintf("sends the welcome email to user %d (task %s, retry count %d)", u, short(ctx), n))
+		p.Say(name, "sends the welcome email to user %d (task %s, retry count %d)", u, short(ctx), n)
 		select {
 		case <-time.After(time.Second): // the SMTP call
 		case <-ctx.Done():
@@ -226,19 +226,6 @@ func user(t *asynq.Task) int {
 func short(ctx context.Context) string {
 	id, _ := asynq.GetTaskID(ctx)
 	return id[:min(8, len(id))]
-}
-
-// printer writes timestamped lines, one at a time.
-type printer struct {
-	mu    sync.Mutex
-	w     io.Writer
-	start time.Time
-}
-
-func (p *printer) say(who, what string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fmt.Fprintf(p.w, "[%4.1fs] %-8s  %s\n", time.Since(p.start).Seconds(), who, what)
 }
 
 // quietLogger passes asynq's warnings and errors to stderr.

@@ -27,7 +27,7 @@ func TestRun(t *testing.T) {
 	text := out.String()
 
 	// Every task is sent once, each with retry count 0, by one of the servers.
-	sends := regexp.MustCompile(`(server-[AB])  sends the welcome email to user (\d+) \(task (\w+), retry count (\d+)\)`).
+	sends := regexp.MustCompile(`(server-[AB]): sends the welcome email to user (\d+) \(task (\w+), retry count (\d+)\)`).
 		FindAllStringSubmatch(text, -1)
 	if len(sends) != 4 {
 		t.Fatalf("%d sends, want 4", len(sends))
@@ -64,18 +64,13 @@ func TestRun(t *testing.T) {
 func TestRunWithTrace(t *testing.T) {
 	redistest.RequireBinary(t)
 	t.Setenv("REDIS_URL", "")
-	out := &exampleenv.Writer{}
-	opts, shutdown, err := exampleenv.Tracing(out, false)
+	traced, err := exampleenv.RunTraced(t.Context(), run)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer shutdown()
-	if err := run(t.Context(), out, opts...); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 	// The run spans carry the attribute asynqguard adds to every lease.
 	for _, want := range []string{`"Name":"jobguard.run"`, `"Key":"messaging.system"`} {
-		if !strings.Contains(out.String(), want) {
+		if !strings.Contains(traced, want) {
 			t.Errorf("trace output lacks %s", want)
 		}
 	}

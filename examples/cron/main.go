@@ -40,7 +40,7 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 		return err
 	}
 	defer stopRedis()
-	p := &printer{w: out, start: time.Now()}
+	p := exampleenv.NewPrinter(out)
 
 	var fleet []*instance
 	defer func() {
@@ -63,9 +63,9 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 		fleet = append(fleet, &instance{name: fmt.Sprintf("instance-%d", i+1), client: c, locker: l})
 	}
 
-	p.say("fleet", "--- report: every second, a 10ms job; instance-3 fires 300ms late")
+	p.Say("fleet", "--- report: every second, a 10ms job; instance-3 fires 300ms late")
 	report(ctx, p, fleet)
-	p.say("fleet", "--- rebuild: every second, a 2.5s job; then the fleet shuts down")
+	p.Say("fleet", "--- rebuild: every second, a 2.5s job; then the fleet shuts down")
 	rebuild(ctx, p, fleet)
 	return nil
 }
@@ -73,14 +73,14 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 // report schedules a fast job on every instance. Each tick runs on the
 // instance that claims it first; the others skip it, also instance-3, whose
 // runs start 300ms after its cron fires them, but name the same tick.
-func report(ctx context.Context, p *printer, fleet []*instance) {
+func report(ctx context.Context, p *exampleenv.Printer, fleet []*instance) {
 	const spec = "* * * * * *"
 	crons := make([]*cron.Cron, len(fleet))
 	for i, in := range fleet {
 		var job cron.Job = cronguard.Func(in.locker, "report", func(ctx context.Context) error {
 			tick, _ := cronguard.Tick(ctx)
 			token, _ := guard.TokenFrom(ctx, "report")
-			p.say(in.name, "report %s ran (fencing token %d)", clock(tick), token)
+			p.Say(in.name, "report %s ran (fencing token %d)", clock(tick), token)
 			time.Sleep(10 * time.Millisecond)
 			return nil
 		}, cronguard.Spec(spec), cronguard.Logger(storyLogger{p, in.name}), cronguard.BaseContext(ctx))
@@ -97,7 +97,7 @@ func report(ctx context.Context, p *printer, fleet []*instance) {
 // the job's lease, so the ticks that come meanwhile are skipped on every
 // instance. Then the fleet shuts down: canceling the base context cancels
 // the running job's context, and cron's Stop waits for it to return.
-func rebuild(ctx context.Context, p *printer, fleet []*instance) {
+func rebuild(ctx context.Context, p *exampleenv.Printer, fleet []*instance) {
 	const spec = "* * * * * *"
 	base, shutdown := context.WithCancel(ctx)
 	defer shutdown()
@@ -106,19 +106,19 @@ func rebuild(ctx context.Context, p *printer, fleet []*instance) {
 		crons[i] = start(spec, cronguard.Func(in.locker, "rebuild", func(ctx context.Context) error {
 			tick, _ := cronguard.Tick(ctx)
 			token, _ := guard.TokenFrom(ctx, "rebuild")
-			p.say(in.name, "rebuild %s started (fencing token %d)", clock(tick), token)
+			p.Say(in.name, "rebuild %s started (fencing token %d)", clock(tick), token)
 			select {
 			case <-time.After(2500 * time.Millisecond):
-				p.say(in.name, "rebuild %s done", clock(tick))
+				p.Say(in.name, "rebuild %s done", clock(tick))
 				return nil
 			case <-ctx.Done():
-				p.say(in.name, "rebuild %s told to stop: %v", clock(tick), context.Cause(ctx))
+				p.Say(in.name, "rebuild %s told to stop: %v", clock(tick), context.Cause(ctx))
 				return ctx.Err()
 			}
 		}, cronguard.Spec(spec), cronguard.Logger(storyLogger{p, in.name}), cronguard.BaseContext(base)))
 	}
 	time.Sleep(4200 * time.Millisecond)
-	p.say("fleet", "shutting down")
+	p.Say("fleet", "shutting down")
 	shutdown()
 	stop(crons)
 }
@@ -153,7 +153,7 @@ func late(job cron.Job, d time.Duration) cron.Job {
 // storyLogger is the cron.Logger of one instance: it tells the story of
 // skipped ticks and errors.
 type storyLogger struct {
-	p    *printer
+	p    *exampleenv.Printer
 	name string
 }
 
@@ -161,15 +161,15 @@ func (l storyLogger) Info(msg string, kv ...any) {
 	f := fields(kv)
 	switch msg {
 	case "cronguard: skip":
-		l.p.say(l.name, "%s %s skipped: %v", f["job"], clock(f["tick"]), f["reason"])
+		l.p.Say(l.name, "%s %s skipped: %v", f["job"], clock(f["tick"]), f["reason"])
 	case "cronguard: job stopped":
-		l.p.say(l.name, "%s %s stopped: %v", f["job"], clock(f["tick"]), f["reason"])
+		l.p.Say(l.name, "%s %s stopped: %v", f["job"], clock(f["tick"]), f["reason"])
 	}
 }
 
 func (l storyLogger) Error(err error, msg string, kv ...any) {
 	f := fields(kv)
-	l.p.say(l.name, "%s %s: %s: %v", f["job"], clock(f["tick"]), msg, err)
+	l.p.Say(l.name, "%s %s: %s: %v", f["job"], clock(f["tick"]), msg, err)
 }
 
 func fields(kv []any) map[string]any {
@@ -187,17 +187,4 @@ func clock(v any) string {
 		return "tick ?"
 	}
 	return "tick " + t.Format(time.TimeOnly)
-}
-
-// printer writes one line per event, stamped with the time since the start.
-type printer struct {
-	mu    sync.Mutex
-	w     io.Writer
-	start time.Time
-}
-
-func (p *printer) say(who, format string, args ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fmt.Fprintf(p.w, "[%.2fs] %s: %s\n", time.Since(p.start).Seconds(), who, fmt.Sprintf(format, args...))
 }

@@ -47,7 +47,7 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 	}
 	defer locker.Close()
 
-	p := &printer{w: out, start: time.Now()}
+	p := exampleenv.NewPrinter(out)
 	orders := &orderService{p: p, firstStarted: make(chan struct{}), letFirstFinish: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders", httpguard.Middleware(locker)(orders))
@@ -65,7 +65,7 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 		_ = srv.Shutdown(shutdownCtx)
 		<-served
 	}()
-	p.say("server", "listening on %s; POST /orders is guarded by httpguard", ln.Addr())
+	p.Say("server", "listening on %s; POST /orders is guarded by httpguard", ln.Addr())
 
 	transport := &http.Transport{}
 	defer transport.CloseIdleConnections()
@@ -73,7 +73,7 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 	// A fresh key per run, so that a real Redis does not replay the last run.
 	key := "checkout-" + strings.ToLower(rand.Text()[:8])
 
-	p.say("story", "--- 1. a client creates an order; the service is slow today")
+	p.Say("story", "--- 1. a client creates an order; the service is slow today")
 	first := make(chan error, 1)
 	go func() {
 		_, err := c.post("client", key, `{"item":"book"}`)
@@ -85,7 +85,7 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 		return errors.New("the first request never reached the handler")
 	}
 
-	p.say("story", "--- 2. a double click sends the same request while the first is in flight")
+	p.Say("story", "--- 2. a double click sends the same request while the first is in flight")
 	status, err := c.post("double-click", key, `{"item":"book"}`)
 	close(orders.letFirstFinish)
 	if err != nil {
@@ -98,34 +98,34 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 		return err
 	}
 
-	p.say("story", "--- 3. the client never saw that 201 (a timeout, say) and retries")
+	p.Say("story", "--- 3. the client never saw that 201 (a timeout, say) and retries")
 	if _, err := c.post("client", key, `{"item":"book"}`); err != nil {
 		return err
 	}
 
-	p.say("story", "--- 4. a bug reuses the key for another order")
+	p.Say("story", "--- 4. a bug reuses the key for another order")
 	if _, err := c.post("client", key, `{"item":"lamp"}`); err != nil {
 		return err
 	}
 
-	p.say("story", "--- 5. a request without a key is not guarded")
+	p.Say("story", "--- 5. a request without a key is not guarded")
 	if _, err := c.post("client", "", `{"item":"pen"}`); err != nil {
 		return err
 	}
 
-	p.say("story", "--- 6. a key that is not 1-255 printable ASCII characters")
+	p.Say("story", "--- 6. a key that is not 1-255 printable ASCII characters")
 	if _, err := c.post("client", strings.Repeat("x", 256), `{"item":"pen"}`); err != nil {
 		return err
 	}
 
-	p.say("story", "the handler ran %d times for %d requests; orders: %s", orders.count(), c.sent.Load(), strings.Join(orders.list(), ", "))
+	p.Say("story", "the handler ran %d times for %d requests; orders: %s", orders.count(), c.sent.Load(), strings.Join(orders.list(), ", "))
 	return nil
 }
 
 // orderService creates orders. The first one is slow: it waits until the
 // story has sent a duplicate.
 type orderService struct {
-	p              *printer
+	p              *exampleenv.Printer
 	firstStarted   chan struct{}
 	letFirstFinish chan struct{}
 
@@ -143,7 +143,7 @@ func (s *orderService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.orders = append(s.orders, req.Item)
 	id := len(s.orders)
 	s.mu.Unlock()
-	s.p.say("server", "handler runs: creating order %d (%s)", id, req.Item)
+	s.p.Say("server", "handler runs: creating order %d (%s)", id, req.Item)
 	if id == 1 {
 		close(s.firstStarted)
 		select {
@@ -172,7 +172,7 @@ func (s *orderService) list() []string {
 
 // client sends requests and prints what came back.
 type client struct {
-	p    *printer
+	p    *exampleenv.Printer
 	http *http.Client
 	base string
 	sent atomic.Int32
@@ -193,7 +193,7 @@ func (c *client) post(who, key, body string) (int, error) {
 			shown = fmt.Sprintf("Idempotency-Key: %s... (%d characters)", key[:12], len(key))
 		}
 	}
-	c.p.say(who, "POST /orders %s, %s", body, shown)
+	c.p.Say(who, "POST /orders %s, %s", body, shown)
 	c.sent.Add(1)
 	resp, err := c.http.Do(r)
 	if err != nil {
@@ -217,19 +217,6 @@ func (c *client) post(who, key, body string) (int, error) {
 			answer = fmt.Sprintf("problem %q: %s", problem.Title, problem.Detail)
 		}
 	}
-	c.p.say(who, "<- %d %s [%s] %s", resp.StatusCode, http.StatusText(resp.StatusCode), strings.Join(notes, ", "), answer)
+	c.p.Say(who, "<- %d %s [%s] %s", resp.StatusCode, http.StatusText(resp.StatusCode), strings.Join(notes, ", "), answer)
 	return resp.StatusCode, nil
-}
-
-// printer writes one line per event, stamped with the time since the start.
-type printer struct {
-	mu    sync.Mutex
-	w     io.Writer
-	start time.Time
-}
-
-func (p *printer) say(who, format string, args ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fmt.Fprintf(p.w, "[%.2fs] %-14s %s\n", time.Since(p.start).Seconds(), who+":", fmt.Sprintf(format, args...))
 }

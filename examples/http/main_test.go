@@ -55,18 +55,13 @@ func TestRun(t *testing.T) {
 // TestRunWithTrace runs the story with spans printed, as -trace does.
 func TestRunWithTrace(t *testing.T) {
 	t.Setenv("REDIS_URL", "")
-	out := &exampleenv.Writer{}
-	opts, shutdown, err := exampleenv.Tracing(out, false)
+	traced, err := exampleenv.RunTraced(t.Context(), run)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer shutdown()
-	if err := run(t.Context(), out, opts...); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 	// The run spans carry the attribute httpguard adds to every lease.
 	for _, want := range []string{`"Name":"jobguard.run"`, `"Key":"http.route"`} {
-		if !strings.Contains(out.String(), want) {
+		if !strings.Contains(traced, want) {
 			t.Errorf("trace output lacks %s", want)
 		}
 	}

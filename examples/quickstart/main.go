@@ -40,7 +40,7 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 		return err
 	}
 	defer stopRedis()
-	p := &printer{w: out, start: time.Now()}
+	p := exampleenv.NewPrinter(out)
 
 	admin := dial() // an operator's client, for mischief in the last part
 	defer admin.Close()
@@ -65,29 +65,29 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 	}
 
 	for round := 1; round <= 3; round++ {
-		p.say("fleet", "--- round %d: every instance starts %s at once", round, job)
+		p.Say("fleet", "--- round %d: every instance starts %s at once", round, job)
 		if err := everyoneAtOnce(ctx, p, fleet); err != nil {
 			return err
 		}
 	}
-	p.say("fleet", "--- the holder crashes")
+	p.Say("fleet", "--- the holder crashes")
 	if err := crashAndTakeover(ctx, p, fleet[0], fleet[1]); err != nil {
 		return err
 	}
-	p.say("fleet", "--- the lease is lost while the job runs")
+	p.Say("fleet", "--- the lease is lost while the job runs")
 	return leaseLost(ctx, p, fleet[2], admin)
 }
 
 // everyoneAtOnce has each instance try the job once, as a cron tick firing
 // on the whole fleet does. Wait(0) means: if another instance has it, skip.
-func everyoneAtOnce(ctx context.Context, p *printer, fleet []*instance) error {
+func everyoneAtOnce(ctx context.Context, p *exampleenv.Printer, fleet []*instance) error {
 	errs := make([]error, len(fleet))
 	var wg sync.WaitGroup
 	for i, in := range fleet {
 		wg.Go(func() {
 			errs[i] = in.locker.WithLock(ctx, job, func(ctx context.Context) error {
 				token, _ := guard.TokenFrom(ctx, job)
-				p.say(in.name, "runs %s with fencing token %d", job, token)
+				p.Say(in.name, "runs %s with fencing token %d", job, token)
 				time.Sleep(300 * time.Millisecond) // the work; the others try meanwhile
 				return nil
 			}, guard.Wait(0))
@@ -96,7 +96,7 @@ func everyoneAtOnce(ctx context.Context, p *printer, fleet []*instance) error {
 	wg.Wait()
 	for i, err := range errs {
 		if errors.Is(err, guard.ErrNotAcquired) {
-			p.say(fleet[i].name, "skipped %s: another instance runs it", job)
+			p.Say(fleet[i].name, "skipped %s: another instance runs it", job)
 		} else if err != nil {
 			return err
 		}
@@ -106,12 +106,12 @@ func everyoneAtOnce(ctx context.Context, p *printer, fleet []*instance) error {
 
 // crashAndTakeover has a crash while holding the job: it can neither renew
 // nor release, so b gets in once the 1s TTL has passed, and not before.
-func crashAndTakeover(ctx context.Context, p *printer, a, b *instance) error {
+func crashAndTakeover(ctx context.Context, p *exampleenv.Printer, a, b *instance) error {
 	lease, err := a.locker.Acquire(ctx, job, guard.TTL(time.Second), guard.Wait(0))
 	if err != nil {
 		return err
 	}
-	p.say(a.name, "holds %s with fencing token %d and a 1s TTL, then crashes", job, lease.Token())
+	p.Say(a.name, "holds %s with fencing token %d and a 1s TTL, then crashes", job, lease.Token())
 	crashed := time.Now()
 	a.client.Close() // the crash: no renewal, no release from now on
 	// Cut off from Redis, a's heartbeat cannot renew, so a's job is told to
@@ -120,11 +120,11 @@ func crashAndTakeover(ctx context.Context, p *printer, a, b *instance) error {
 	defer wg.Wait()
 	wg.Go(func() {
 		<-lease.Context().Done()
-		p.say(a.name, "was told to stop: %v", context.Cause(lease.Context()))
+		p.Say(a.name, "was told to stop: %v", context.Cause(lease.Context()))
 	})
 	return b.locker.WithLock(ctx, job, func(ctx context.Context) error {
 		token, _ := guard.TokenFrom(ctx, job)
-		p.say(b.name, "took over %s %.2fs after the crash, fencing token %d", job, time.Since(crashed).Seconds(), token)
+		p.Say(b.name, "took over %s %.2fs after the crash, fencing token %d", job, time.Since(crashed).Seconds(), token)
 		return nil
 	}, guard.Wait(5*time.Second))
 }
@@ -132,18 +132,18 @@ func crashAndTakeover(ctx context.Context, p *printer, a, b *instance) error {
 // leaseLost deletes the lock behind in's back while its job runs. The next
 // renewal finds the lease gone, cancels the job's context with a cause
 // matching ErrLeaseLost, and WithLock returns that cause.
-func leaseLost(ctx context.Context, p *printer, in *instance, admin *redis.Client) error {
+func leaseLost(ctx context.Context, p *exampleenv.Printer, in *instance, admin *redis.Client) error {
 	err := in.locker.WithLock(ctx, job, func(ctx context.Context) error {
 		token, _ := guard.TokenFrom(ctx, job)
-		p.say(in.name, "runs %s with fencing token %d", job, token)
+		p.Say(in.name, "runs %s with fencing token %d", job, token)
 		lockKey := "guard:{" + job + "}" // the default prefix, then the key in a Cluster hash tag
 		if err := admin.Del(ctx, lockKey).Err(); err != nil {
 			return err
 		}
-		p.say("admin", "deleted %s", lockKey)
+		p.Say("admin", "deleted %s", lockKey)
 		select { // a real job checks ctx between steps of its work
 		case <-ctx.Done():
-			p.say(in.name, "job context canceled: %v", context.Cause(ctx))
+			p.Say(in.name, "job context canceled: %v", context.Cause(ctx))
 			return nil
 		case <-time.After(5 * time.Second):
 			return errors.New("the lost lease went unnoticed")
@@ -152,19 +152,6 @@ func leaseLost(ctx context.Context, p *printer, in *instance, admin *redis.Clien
 	if !errors.Is(err, guard.ErrLeaseLost) {
 		return fmt.Errorf("want an error matching guard.ErrLeaseLost, got %v", err)
 	}
-	p.say(in.name, "WithLock returned: %v", err)
+	p.Say(in.name, "WithLock returned: %v", err)
 	return nil
-}
-
-// printer writes one line per event, stamped with the time since the start.
-type printer struct {
-	mu    sync.Mutex
-	w     io.Writer
-	start time.Time
-}
-
-func (p *printer) say(who, format string, args ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fmt.Fprintf(p.w, "[%.2fs] %s: %s\n", time.Since(p.start).Seconds(), who, fmt.Sprintf(format, args...))
 }

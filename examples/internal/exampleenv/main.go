@@ -34,3 +34,16 @@ func Main(name string, run func(ctx context.Context, out io.Writer, opts ...guar
 		os.Exit(1) // the syncer has printed every span already
 	}
 }
+
+// RunTraced tells an example's story as -trace does, with the spans printed
+// compactly among the story's lines, and returns everything it printed.
+func RunTraced(ctx context.Context, run func(ctx context.Context, out io.Writer, opts ...guard.Option) error) (string, error) {
+	out := &Writer{}
+	opts, shutdown, err := Tracing(out, false)
+	if err != nil {
+		return "", err
+	}
+	defer shutdown()
+	err = run(ctx, out, opts...)
+	return out.String(), err
+}
