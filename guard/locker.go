@@ -291,6 +291,30 @@ var (
 	errTimeout = errors.New("wait budget spent")
 )
 
+// heldError is the detail of an ErrNotAcquired: what Redis answered about
+// the key's holders at the last attempt.
+type heldError struct {
+	remaining time.Duration
+}
+
+func (e *heldError) Error() string {
+	return fmt.Sprintf("held for up to %v more unless renewed", e.remaining.Round(time.Millisecond))
+}
+
+// HeldFor reports how long Redis said the key stays held, at most, unless
+// its holders renew: the remaining time of the latest holder's lease, on the
+// server's clock, at the acquisition's last attempt. A live holder renews
+// and keeps the key longer; a crashed one frees it after this time. The
+// second result is false when err is not an ErrNotAcquired with that answer.
+// Adapters use it for Retry-After and for retry delays.
+func HeldFor(err error) (time.Duration, bool) {
+	var h *heldError
+	if errors.As(err, &h) {
+		return h.remaining, true
+	}
+	return 0, false
+}
+
 func acquireResult(err error) string {
 	switch {
 	case err == nil:
@@ -394,12 +418,13 @@ func (l *Locker) acquireFresh(ctx, parent context.Context, key string, write boo
 		}
 		now := time.Now()
 		if lc.waitSet && !now.Before(deadline) {
+			held := &heldError{remaining: rep.remaining}
 			if lc.wait == 0 {
 				l.log.Info("guard: lock busy", "key", key)
-				return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, errBusy)
+				return nil, fmt.Errorf("%w: %q: %w: %w", ErrNotAcquired, key, errBusy, held)
 			}
 			l.log.Info("guard: lock busy after waiting", "key", key, "wait", lc.wait)
-			return nil, fmt.Errorf("%w: %q: %w after %v", ErrNotAcquired, key, errTimeout, lc.wait)
+			return nil, fmt.Errorf("%w: %q: %w after %v: %w", ErrNotAcquired, key, errTimeout, lc.wait, held)
 		}
 		if w == nil {
 			w, err = l.notify.join(ctx, k, write)
@@ -554,12 +579,17 @@ func (l *Locker) newHold(parent context.Context, key string, k keys, owner strin
 	return newLease(h, write, false), nil
 }
 
-// lose ends a hold that can no longer be proven held. Only the first call
-// for a hold acts.
+// lose ends a hold that can no longer be proven held and reports it. Only
+// the first call for a hold acts. To end many holds at once, call h.end for
+// each first and reportLost afterwards, so no job waits on a log handler.
 func (l *Locker) lose(h *hold, cause error) {
-	if !h.end(cause) {
-		return
+	if h.end(cause) {
+		l.reportLost(h, cause)
 	}
+}
+
+// reportLost logs and observes a hold that end has ended with cause.
+func (l *Locker) reportLost(h *hold, cause error) {
 	if !errors.Is(cause, ErrClosed) {
 		l.log.Error("guard: lease lost", "key", h.key, "token", h.token, "cause", cause)
 	}
