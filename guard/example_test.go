@@ -35,14 +35,14 @@ func Example() {
 		// ctx is canceled before the lease could expire if it cannot be
 		// renewed: check it between steps. Hand the fencing token to the
 		// store you write to, so it can refuse a stale writer.
-		token, _ := guard.TokenFrom(ctx, "nightly-report")
-		fmt.Println("running with fencing token", token)
+		token, ok := guard.TokenFrom(ctx, "nightly-report")
+		fmt.Println("running with a fencing token:", ok && token > 0)
 		return nil
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	// Output: running with fencing token 1
+	// Output: running with a fencing token: true
 }
 
 // A job that should run on one instance of the fleet and be skipped

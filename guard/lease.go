@@ -25,10 +25,11 @@ type hold struct {
 	obsCtx context.Context // the observer's context for heartbeat events
 	start  time.Time
 
-	mu     sync.Mutex  // serializes count updates and their requests
-	writes int         // write leases held
-	reads  int         // read leases held
-	over   atomic.Bool // released or lost: see end
+	mu     sync.Mutex            // serializes count updates and their requests
+	writes int                   // write leases held
+	reads  int                   // read leases held
+	over   atomic.Bool           // released or lost: see end
+	cause  atomic.Pointer[error] // why it ended, set by end
 
 	// Heartbeat state, guarded by the heartbeat's mutex.
 	leaseEnd  time.Time // safe end of the lease: sent + TTL - drift
@@ -41,9 +42,14 @@ type hold struct {
 // stopAt is when the job is told to stop if no renewal moves leaseEnd.
 func (h *hold) stopAt() time.Time { return h.leaseEnd.Add(-h.timing.grace) }
 
-// lost reports whether the hold ended by loss rather than release.
-func (h *hold) lost() bool {
-	return h.ctx.Err() != nil && errors.Is(context.Cause(h.ctx), ErrLeaseLost)
+// lossCause returns why the hold was lost, or nil while it is held or when
+// it ended by release. Its context's cause may differ: Close cancels the
+// context of a hold that is still held.
+func (h *hold) lossCause() error {
+	if c := h.cause.Load(); c != nil && errors.Is(*c, ErrLeaseLost) {
+		return *c
+	}
+	return nil
 }
 
 // Lease is one acquisition of a key: a fresh hold or a re-entry into a hold
@@ -68,8 +74,10 @@ func (le *Lease) Key() string { return le.h.key }
 func (le *Lease) Token() int64 { return le.h.token }
 
 // Context returns a context that is done when the lease is released or
-// lost. context.Cause tells which: ErrReleased, or an error matching
-// ErrLeaseLost. It carries the hold: WithLock, Acquire and TokenFrom called
+// lost, or when its Locker is closing. context.Cause tells which:
+// ErrReleased, an error matching ErrLeaseLost, or one matching ErrClosed
+// (the lease is still held and renewed until it is released or Close gives
+// up on it; see Locker.Close). It carries the hold: WithLock, Acquire and TokenFrom called
 // with it (or a context derived from it) re-enter or answer. It also carries
 // the values of the context passed to Acquire, but not its cancellation.
 func (le *Lease) Context() context.Context { return le.ctx }

@@ -35,8 +35,9 @@ type Locker struct {
 	closeOnce sync.Once
 	runner    runner // runs requests that may outlive their caller's ctx
 
-	mu    sync.Mutex
-	holds map[*hold]struct{}
+	mu      sync.Mutex
+	holds   map[*hold]struct{}
+	drained chan struct{} // set by Close; closed when holds is empty
 }
 
 // New returns a Locker on client, which may be a standalone, Sentinel
@@ -45,6 +46,13 @@ type Locker struct {
 func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if isNil(client) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalid)
+	}
+	switch client.(type) {
+	case *redis.Client, *redis.ClusterClient:
+	default:
+		// A Ring shards keys by its own hash, so a lock's keys and channel
+		// would not meet on one server, and its pub/sub cannot serve waiters.
+		return nil, fmt.Errorf("%w: client type %T is not supported: use a *redis.Client (standalone, or Sentinel from redis.NewFailoverClient) or a *redis.ClusterClient", ErrInvalid, client)
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -83,30 +91,76 @@ func isNil(c redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// Close releases every lease the Locker still holds, canceling their
-// contexts with a cause matching ErrClosed and ErrLeaseLost, stops the
-// heartbeat and the subscription, and waits for its goroutines, including
-// requests still on the wire (bounded by the client's read timeout). It does
-// not close the Redis client. Calls after Close fail with ErrClosed.
+// Close shuts the Locker down. New acquisitions fail with ErrClosed at once.
+// The contexts of the leases it still holds are canceled with a cause
+// matching ErrClosed (not ErrLeaseLost: the lease is still held), and Close
+// keeps renewing them while it waits, up to the close timeout
+// (WithCloseTimeout, default the TTL), for their jobs to return and release
+// them: a WithLock job releases when it returns, an Acquire caller with
+// Release. So no other owner can take a key while a job of this Locker still
+// runs. A lease still held when the time is up is no longer renewed and
+// expires in Redis within its TTL; its context's cause is then also
+// ErrLeaseLost, and WithLock reports the loss when its job returns. Close
+// never deletes a key under a running job.
+//
+// Close then stops the heartbeat and the subscription and waits for its
+// goroutines, including requests still on the wire (bounded by the
+// client's read timeout). Calling it from inside a job waits for the close
+// timeout. It does not close the Redis client. Calls after Close fail with
+// ErrClosed.
 func (l *Locker) Close() error {
 	l.closeOnce.Do(func() {
-		close(l.closed)
 		l.mu.Lock()
-		holds := make([]*hold, 0, len(l.holds))
-		for h := range l.holds {
-			holds = append(holds, h)
+		close(l.closed)
+		drained := make(chan struct{})
+		l.drained = drained
+		holds := l.heldLocked()
+		if len(holds) == 0 {
+			close(drained)
+			l.drained = nil
 		}
 		l.mu.Unlock()
-		cause := fmt.Errorf("%w: %w", ErrLeaseLost, ErrClosed)
+		stop := fmt.Errorf("%w: shutting down; release the lease", ErrClosed)
 		for _, h := range holds {
-			l.lose(h, cause)
+			h.cancel(stop)
 		}
-		l.releaseAll(holds)
+		timer := time.NewTimer(l.cfg.closeTimeout)
+		select {
+		case <-drained:
+		case <-timer.C:
+		}
+		timer.Stop()
+		l.abandon()
 		l.hb.close()
 		l.notify.close()
 		l.runner.stop()
 	})
 	return nil
+}
+
+// heldLocked returns the holds not yet released or lost; l.mu is held.
+func (l *Locker) heldLocked() []*hold {
+	holds := make([]*hold, 0, len(l.holds))
+	for h := range l.holds {
+		holds = append(holds, h)
+	}
+	return holds
+}
+
+// abandon stops renewing the holds whose jobs did not return within the
+// close timeout and leaves them to expire in Redis.
+func (l *Locker) abandon() {
+	l.mu.Lock()
+	holds := l.heldLocked()
+	l.mu.Unlock()
+	cause := fmt.Errorf("%w: %w: the lease was still held at the close timeout %v; no longer renewed, it expires in Redis",
+		ErrLeaseLost, ErrClosed, l.cfg.closeTimeout)
+	for _, h := range holds {
+		if h.end(cause) {
+			l.log.Error("guard: lease still held when Close timed out; left to expire", "key", h.key, "token", h.token)
+			l.reportLost(h, cause)
+		}
+	}
 }
 
 func (l *Locker) isClosed() bool {
@@ -116,29 +170,6 @@ func (l *Locker) isClosed() bool {
 	default:
 		return false
 	}
-}
-
-// releaseAll deletes the holds from Redis in one pipeline, best effort: a
-// hold that is not deleted expires within its TTL.
-func (l *Locker) releaseAll(holds []*hold) {
-	if len(holds) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.requestTimeout)
-	defer cancel()
-	_, _ = call(ctx, l, func(ctx context.Context) (struct{}, error) {
-		// EVALSHA: with many holds, sending the script's text with each
-		// would make the pipeline megabytes long.
-		if err := l.scripts.update.Load(ctx, l.client).Err(); err != nil {
-			return struct{}{}, err
-		}
-		pipe := l.client.Pipeline()
-		for _, h := range holds {
-			l.scripts.update.EvalSha(ctx, pipe, h.keys.forUpdate(), h.owner, 0, 0, l.publish, l.id)
-		}
-		_, err := pipe.Exec(ctx)
-		return struct{}{}, err
-	}, nil)
 }
 
 // Acquire acquires a write lease on key and returns it with its heartbeat
@@ -177,6 +208,9 @@ func (l *Locker) run(ctx context.Context, key string, write bool, fn func(contex
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)
 	}
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalid)
+	}
 	lc, err := newLockConfig(l.cfg.ttl, key, opts)
 	if err != nil {
 		return err
@@ -199,7 +233,7 @@ func (l *Locker) run(ctx context.Context, key string, write bool, fn func(contex
 		info.Token, info.Reentrant, info.TTL = le.h.token, le.reentrant, le.h.timing.ttl
 		info.Renewals = l.hb.renewals(le.h)
 		info.Result = "released"
-		if cause := context.Cause(le.ctx); errors.Is(cause, ErrLeaseLost) {
+		if cause := le.h.lossCause(); cause != nil {
 			info.Result = "lost"
 			err = errors.Join(err, cause)
 		} else if relErr != nil {
@@ -251,6 +285,9 @@ func (l *Locker) acquire(ctx context.Context, key string, write bool, opts []Loc
 }
 
 func (l *Locker) acquireWith(ctx context.Context, key string, write bool, lc lockConfig) (*Lease, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalid)
+	}
 	if err := l.checkKey(key); err != nil {
 		return nil, err
 	}
@@ -335,9 +372,9 @@ func acquireResult(err error) string {
 func (l *Locker) reenter(ctx context.Context, h *hold, write bool) (*Lease, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ctx.Err() != nil {
-		if h.lost() {
-			return nil, fmt.Errorf("guard: re-enter %q: %w", h.key, context.Cause(h.ctx))
+	if h.over.Load() {
+		if cause := h.lossCause(); cause != nil {
+			return nil, fmt.Errorf("guard: re-enter %q: %w", h.key, cause)
 		}
 		return nil, nil
 	}
@@ -390,6 +427,15 @@ func (l *Locker) acquireFresh(ctx, parent context.Context, key string, write boo
 		deadline = time.Now().Add(lc.wait)
 	}
 	var w *waiter
+	var held *heldError // Redis's last busy answer; nil while none came
+	// notAcquired is the error of a wait that ended: ErrNotAcquired only when
+	// Redis answered that the key is held, else why no answer came.
+	notAcquired := func(why error) error {
+		if held == nil {
+			return fmt.Errorf("guard: acquire %q: no answer from Redis: %w", key, why)
+		}
+		return fmt.Errorf("%w: %q: %w: %w", ErrNotAcquired, key, why, held)
+	}
 	defer func() {
 		if w != nil {
 			w.leave()
@@ -406,7 +452,7 @@ func (l *Locker) acquireFresh(ctx, parent context.Context, key string, write boo
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, err)
+				return nil, notAcquired(err)
 			}
 			return nil, err
 		}
@@ -417,8 +463,8 @@ func (l *Locker) acquireFresh(ctx, parent context.Context, key string, write boo
 			return l.newHold(parent, key, k, owner, rep.token, write, lc, t, sent)
 		}
 		now := time.Now()
+		held = &heldError{remaining: rep.remaining}
 		if lc.waitSet && !now.Before(deadline) {
-			held := &heldError{remaining: rep.remaining}
 			if lc.wait == 0 {
 				l.log.Info("guard: lock busy", "key", key)
 				return nil, fmt.Errorf("%w: %q: %w: %w", ErrNotAcquired, key, errBusy, held)
@@ -447,7 +493,7 @@ func (l *Locker) acquireFresh(ctx, parent context.Context, key string, write boo
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, context.Cause(ctx))
+			return nil, notAcquired(context.Cause(ctx))
 		case <-l.closed:
 			timer.Stop()
 			return nil, ErrClosed
@@ -471,9 +517,7 @@ func (l *Locker) tryAcquire(ctx context.Context, k keys, owner string, write boo
 		return l.runAcquire(ctx, k, args, t)
 	}, func(rep acquireReply, err error) {
 		if err == nil && rep.acquired { // the caller gave up; don't leave the key held
-			ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
-			defer cancel()
-			l.scripts.update.Run(ctx, l.client, k.forUpdate(), owner, 0, 0, l.publish, l.idleOn(k))
+			l.dropHold(k, owner, t.timeout)
 		}
 	})
 	l.obs.Event(ctx, EventRoundTrip, Info{Key: k.lock, Name: lc.name, Op: "acquire", Duration: time.Since(start), Err: err})
@@ -481,11 +525,7 @@ func (l *Locker) tryAcquire(ctx context.Context, k keys, owner string, write boo
 	if err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) && !errors.As(err, &reply) {
 		// A transport error: the script may have run and its reply been
 		// lost, leaving a hold nobody renews. Free it rather than wait a TTL.
-		l.runner.run(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
-			defer cancel()
-			l.scripts.update.Run(ctx, l.client, k.forUpdate(), owner, 0, 0, l.publish, l.idleOn(k))
-		})
+		l.runner.run(func() { l.dropHold(k, owner, t.timeout) })
 	}
 	return rep, redisError(k.lock, err)
 }
@@ -530,7 +570,7 @@ func (l *Locker) acquireAcked(ctx context.Context, k keys, args []any) ([]int64,
 		}
 		acked, err := wait.Int64()
 		if len(vals) == 2 && vals[0] == 1 && (err != nil || acked < int64(l.cfg.replicas)) {
-			l.scripts.update.Run(ctx, l.client, k.forUpdate(), args[0], 0, 0, l.publish, l.idleOn(k))
+			l.dropHold(k, args[0].(string), l.cfg.requestTimeout)
 			return nil, fmt.Errorf("%w: %q: %d of %d replicas acknowledged within %v (%v)",
 				ErrNotReplicated, k.lock, acked, l.cfg.replicas, l.cfg.replicaTimeout, err)
 		}
@@ -568,7 +608,7 @@ func (l *Locker) newHold(parent context.Context, key string, k keys, owner strin
 	l.mu.Lock()
 	if l.isClosed() {
 		l.mu.Unlock()
-		l.releaseAll([]*hold{h})
+		l.dropHold(k, owner, t.timeout)
 		return nil, ErrClosed
 	}
 	l.holds[h] = struct{}{}
@@ -603,11 +643,17 @@ func (h *hold) end(cause error) bool {
 	if !h.over.CompareAndSwap(false, true) {
 		return false
 	}
+	h.cause.Store(&cause)
 	h.l.hb.remove(h)
 	h.cancel(cause)
-	h.l.mu.Lock()
-	delete(h.l.holds, h)
-	h.l.mu.Unlock()
+	l := h.l
+	l.mu.Lock()
+	delete(l.holds, h)
+	if len(l.holds) == 0 && l.drained != nil {
+		close(l.drained)
+		l.drained = nil
+	}
+	l.mu.Unlock()
 	return true
 }
 
@@ -615,8 +661,11 @@ func (h *hold) end(cause error) bool {
 // round trip for observers ("acquire" for a re-entry, "release").
 func (l *Locker) update(ctx context.Context, h *hold, writes, reads int, op string) (int64, error) {
 	start := time.Now()
+	// The marker outlives every retry of this release: they stop at the
+	// request timeout, and a request outlives its caller by at most as long.
+	marker := 2 * max(h.timing.timeout, time.Second)
 	res, err := call(ctx, l, func(ctx context.Context) (int64, error) {
-		return l.scripts.update.Run(ctx, l.client, h.keys.forUpdate(), h.owner, writes, reads, l.publish, l.idleOn(h.keys)).Int64()
+		return l.runUpdate(ctx, h.keys, h.owner, writes, reads, marker).Int64()
 	}, nil)
 	l.obs.Event(h.obsCtx, EventRoundTrip, Info{Key: h.key, Name: h.name, Op: op, Duration: time.Since(start), Err: err})
 	return res, redisError(h.key, err)
@@ -666,14 +715,10 @@ func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 	if final {
 		l.hb.remove(h) // no renewal is sent after this point
 	}
-	leaseEnd := l.hb.leaseEnd(h)
-	res, sent, err := l.updateRetrying(ctx, h, writes, reads)
-	if err == nil && res != resultOK && final && sent.Before(leaseEnd) {
-		// Sent before its safe end, the answer cannot be about a hold that
-		// expired or was taken: an earlier try of this release (a reply
-		// lost, the command retried) is what freed it.
-		res = resultOK
-	}
+	// A retry of a final release whose first try applied finds the
+	// owner's release marker and answers resultOK; any other "expired" or
+	// "taken" means the hold was gone before the release.
+	res, err := l.updateRetrying(ctx, h, writes, reads)
 	switch {
 	case err == nil && res != resultOK:
 		cause := lostCause(h.key, res)
@@ -697,26 +742,24 @@ func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 	}
 }
 
-// updateRetrying retries update.lua on transport errors until ctx is done,
-// and returns the answer with the time the answered try was sent. The script
-// sets counts rather than adding to them, so a retry after a reply that was
-// lost is harmless.
-func (l *Locker) updateRetrying(ctx context.Context, h *hold, writes, reads int) (int64, time.Time, error) {
+// updateRetrying retries update.lua on transport errors until ctx is done.
+// The script sets counts rather than adding to them, and a final release
+// leaves a marker, so a retry after a reply that was lost is harmless.
+func (l *Locker) updateRetrying(ctx context.Context, h *hold, writes, reads int) (int64, error) {
 	backoff := 10 * time.Millisecond
 	for {
-		sent := time.Now()
 		res, err := l.update(ctx, h, writes, reads, "release")
 		if err == nil {
-			return res, sent, nil
+			return res, nil
 		}
 		if errors.Is(err, ErrWrongType) || errors.Is(err, ErrClosed) || ctx.Err() != nil {
-			return 0, sent, err
+			return 0, err
 		}
 		select {
 		case <-time.After(backoff):
 			backoff = min(2*backoff, 200*time.Millisecond)
 		case <-ctx.Done():
-			return 0, sent, err
+			return 0, err
 		}
 	}
 }

@@ -21,9 +21,10 @@ type config struct {
 	logger         *slog.Logger
 	replicas       int
 	replicaTimeout time.Duration
+	closeTimeout   time.Duration
 
 	// set records which durations were given, so the others default relative to the TTL.
-	intervalSet, graceSet, timeoutSet bool
+	intervalSet, graceSet, timeoutSet, closeSet bool
 }
 
 // WithTTL sets the lease TTL: how long a hold survives in Redis without a
@@ -75,6 +76,16 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 	return func(c *config) { c.replicas, c.replicaTimeout = n, timeout }
 }
 
+// WithCloseTimeout bounds how long Close waits, after canceling the
+// contexts of the leases it still holds, for their jobs to return and
+// release them. The leases are renewed while Close waits, so no other owner
+// can take a key under a job that is winding down; a lease still held when
+// the time is up is no longer renewed and expires in Redis within its TTL,
+// never deleted under its job. Default: the TTL. Must be >= 0.
+func WithCloseTimeout(d time.Duration) Option {
+	return func(c *config) { c.closeTimeout, c.closeSet = d, true }
+}
+
 func newConfig(opts []Option) (config, error) {
 	c := config{ttl: 30 * time.Second, prefix: "guard:", observer: nopObserver{}, logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
@@ -94,6 +105,12 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if !c.timeoutSet {
 		c.requestTimeout = c.ttl / 10
+	}
+	if !c.closeSet {
+		c.closeTimeout = c.ttl
+	}
+	if c.closeTimeout < 0 {
+		return c, fmt.Errorf("%w: close timeout %v must be >= 0", ErrInvalid, c.closeTimeout)
 	}
 	if c.observer == nil {
 		return c, fmt.Errorf("%w: nil observer", ErrInvalid)

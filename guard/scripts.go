@@ -56,7 +56,30 @@ func (l *Locker) keysFor(name string) keys {
 
 // forAcquire and forUpdate are the KEYS of acquire.lua and update.lua.
 func (k keys) forAcquire() []string { return []string{k.lock, k.fence, k.waiters, k.channel} }
-func (k keys) forUpdate() []string  { return []string{k.lock, k.channel, k.waiters} }
+func (k keys) forUpdate(owner string) []string {
+	return []string{k.lock, k.channel, k.waiters, k.lock + ":done:" + owner}
+}
+
+// runUpdate runs update.lua: set owner's hold counts. For a final release
+// (0, 0), marker is how long Redis remembers that it applied, so a retry can
+// tell; markerDrop drops a hold its caller never got, ignoring MinHold.
+func (l *Locker) runUpdate(ctx context.Context, k keys, owner string, writes, reads int, marker time.Duration) *redis.Cmd {
+	return l.scripts.update.Run(ctx, l.client, k.forUpdate(owner), owner, writes, reads, l.publish, l.idleOn(k), ms(marker))
+}
+
+// markerDrop, as runUpdate's marker, drops a hold at once.
+const markerDrop = 0
+
+// dropHold frees a hold that was never handed to a caller (an abandoned or
+// unacknowledged acquisition), at once and MinHold or not, so it does not
+// block the key for its TTL.
+func (l *Locker) dropHold(k keys, owner string, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := l.runUpdate(ctx, k, owner, 0, 0, markerDrop).Err(); err != nil {
+		l.log.Warn("guard: could not drop an abandoned hold; it expires within its TTL", "key", k.lock, "err", err)
+	}
+}
 
 // redisError turns a Redis reply error into this package's errors.
 func redisError(key string, err error) error {

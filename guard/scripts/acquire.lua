@@ -1,19 +1,22 @@
 -- acquire.lua: a fresh hold, write or read.
--- KEYS[1] lock hash, KEYS[2] fencing counter (no TTL), KEYS[3] waiting Lockers
+-- KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] waiting Lockers
 -- (zset: Locker id -> registration expiry, server ms), KEYS[4] release channel
 -- ARGV[1] owner id, ARGV[2] TTL ms, ARGV[3] 'w' or 'r', ARGV[4] MinHold ms,
 -- ARGV[5] id of the Locker, to register when busy ('' for a caller that will
 -- not wait), ARGV[6] registration ms, ARGV[7] 'PUBLISH' or 'SPUBLISH',
--- ARGV[8] FenceTTL ms: 0 keeps the fencing counter forever; otherwise a
--- counter this call creates (or one that already expires) lives at least
--- that long after this acquisition
+-- ARGV[8] FenceTTL ms: 0 makes the fencing counter permanent; otherwise a
+-- counter that is not already permanent lives at least that long, and at
+-- least the TTL, after this acquisition
 -- Returns {1, token} when acquired, {0, ms until the latest holder expires} when busy.
+-- A token is never below the server's clock in µs, so a counter that a
+-- failover lost, or that expired, still cannot repeat a token already
+-- handed out, as long as the servers' clocks agree within the failover.
 -- When other Lockers wait for the key, publishes 'taken' for a write hold and
 -- 'read' for a read hold (their readers may join it).
 local key, owner, ttl, mode, minhold = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local locker, registration, publish, fencettl = ARGV[5], tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8])
 local kind = redis.call('TYPE', key)['ok']
-local now = now_ms()
+local now, now_us = now_ms()
 local owners, latest, writer = 0, 0, false
 if kind == 'hash' then
   owners, latest, writer = sweep(key, now)
@@ -30,14 +33,22 @@ if owners > 0 and (mode == 'w' or writer) then
   end
   return {0, latest - now}
 end
-local token = redis.pcall('INCR', KEYS[2])
-if type(token) == 'table' and token.err then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter (' .. token.err .. ')')
+local last = redis.pcall('GET', KEYS[2])
+if type(last) == 'table' and last.err then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter (' .. last.err .. ')')
+elseif last and not tonumber(last) then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter (holds a string)')
 end
--- A counter that never expired keeps doing so: its tokens must stay above
--- any a resource has seen.
-if fencettl > 0 and (token == 1 or redis.call('PTTL', KEYS[2]) >= 0) then
-  extend_key(KEYS[2], fencettl)
+local token = int(math.max((tonumber(last) or 0) + 1, now_us))
+if fencettl == 0 then
+  redis.call('SET', KEYS[2], token) -- drops any TTL: permanent from now on
+else
+  local left = redis.call('PTTL', KEYS[2])
+  if left == -1 then
+    redis.call('SET', KEYS[2], token, 'KEEPTTL') -- some holder wanted it kept
+  else
+    redis.call('SET', KEYS[2], token, 'PX', math.max(fencettl, ttl, left))
+  end
 end
 local fields = {owner .. ':x', now + ttl, owner .. ':t', token}
 if mode == 'w' then
@@ -66,4 +77,4 @@ if others > 0 then
     redis.call(publish, KEYS[4], 'read')
   end
 end
-return {1, token}
+return {1, tonumber(token)}

@@ -13,9 +13,17 @@
 
 if redis.replicate_commands then redis.replicate_commands() end
 
+-- now_ms returns the server's time in ms and, second, in µs.
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+end
+
+-- int formats a number as Redis expects an integer: Lua would print a
+-- token in µs (16 digits) as 1.7e+15.
+local function int(n)
+  return string.format('%d', n)
 end
 
 local function drop_owner(key, o)
