@@ -54,7 +54,7 @@ func Example() {
 		instance := fmt.Sprintf("instance-%d", i)
 		jobs = append(jobs, cronguard.Func(locker, "nightly-report", func(ctx context.Context) error {
 			token, _ := guard.TokenFrom(ctx, cronguard.JobName(ctx))
-			fmt.Printf("%s runs %s with fencing token %d\n", instance, cronguard.JobName(ctx), token)
+			fmt.Printf("%s runs %s with a fencing token: %v\n", instance, cronguard.JobName(ctx), token > 0)
 			return nil
 		}, cronguard.Spec("@daily"), cronguard.Logger(skipPrinter(instance))))
 	}
@@ -63,7 +63,7 @@ func Example() {
 		job.Run()
 	}
 	// Output:
-	// instance-1 runs nightly-report with fencing token 1
+	// instance-1 runs nightly-report with a fencing token: true
 	// instance-2 skips: tick already claimed
 	// instance-3 skips: tick already claimed
 }

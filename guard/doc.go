@@ -52,35 +52,67 @@
 //
 // The client's monotonic clock and the server's clock must run at about the
 // same rate (within 1% plus 2ms per TTL); their wall clocks may differ
-// arbitrarily. A process paused longer than StopGrace (a long GC pause, a
-// SIGSTOP, a VM migration) may resume after its lease expired without having
-// been told in time: no lock can prevent that, which is why fencing exists.
+// arbitrarily. Redis expires keys, and the scripts judge holds, by the
+// server's wall clock (TIME): a forward step of that clock (a manual set, an
+// NTP step rather than a slew) shortens every lease by the step, and a step
+// larger than StopGrace can end a lease before its holder is told. Run NTP
+// in slew mode on Redis hosts. A process paused longer than StopGrace (a
+// long GC pause, a SIGSTOP, a VM migration) may resume after its lease
+// expired without having been told in time: no lock can prevent that, which
+// is why fencing exists.
 //
 // # Fencing
 //
-// Every fresh acquisition returns a fencing token (Lease.Token, TokenFrom)
-// from a per-key counter in Redis, strictly increasing per key. Pass it to
-// the resource the job writes to and have the resource reject a token lower
-// than the highest it has seen. That is what makes the work safe when a
-// holder was paused or partitioned past its lease: the lock alone cannot.
-// The token stays monotonic only while Redis keeps the counter; it has no TTL.
+// Every fresh acquisition returns a fencing token (Lease.Token, TokenFrom):
+// the key's counter in Redis plus one, but never below the server's clock in
+// microseconds. Pass it to the resource the job writes to and have the
+// resource reject a token lower than the highest it has seen. That is what
+// makes the work safe when a holder was paused or partitioned past its
+// lease: the lock alone cannot.
+//
+// On one server tokens strictly increase: the counter only grows, and an
+// acquisition without FenceTTL makes it permanent. When the counter is lost
+// (a failover that lost the latest acquisitions, a FenceTTL counter that
+// expired, a restart without persistence), the clock floor keeps the next
+// token above every earlier one as long as the servers' clocks agree to
+// within the time that passed since (seconds for a failover). With
+// WithReplicaAck(n, ...), an acquisition acknowledged by n replicas is on
+// each of them, so promoting one of those keeps the counter itself.
 //
 // # Failover
 //
 // Redis replicates asynchronously: a failover can lose a fresh lock, and a
 // second owner can then acquire it. WithReplicaAck narrows that window by
 // waiting for replicas to acknowledge each acquisition and renewal. Use
-// fencing tokens where a second owner would do harm.
+// fencing tokens where a second owner would do harm: they stay monotonic
+// across such a failover (see Fencing).
 //
 // # Lifecycle
 //
 // A Locker runs two heartbeat goroutines from New until Close, up to two
 // goroutines that carry requests (started on first use), and one
-// subscription connection while any acquisition waits. Close releases what
-// it still holds and waits for requests still on the wire, which go-redis
-// bounds by its read timeout. Every call returns when its context is done,
-// also when the server is unreachable; a release runs on a context detached
-// from the job's cancellation, bounded by the request timeout.
+// subscription connection while any acquisition waits. Close cancels the
+// contexts of the leases it still holds (cause ErrClosed), keeps renewing
+// them while their jobs return and release them, for up to WithCloseTimeout
+// (default: the TTL), and leaves any still held then to expire in Redis: it
+// never deletes a key under a running job. It then waits for requests still
+// on the wire, which go-redis bounds by its read timeout. Every call returns
+// when its context is done, also when the server is unreachable; a release
+// runs on a context detached from the job's cancellation, bounded by the
+// request timeout.
+//
+// # Errors
+//
+// ErrNotAcquired means Redis answered that another owner holds the key, for
+// the whole wait; HeldFor tells how long that holder's lease has left. A
+// wait that got no answer from Redis returns the transport or context error
+// instead, so an outage is never mistaken for contention. Release returns
+// nil only when it freed the hold: a retry of a release whose reply was lost
+// is recognised by a short-lived marker the first try left in Redis, and a
+// key that expired or was taken gives ErrNotHeld (WithLock then reports the
+// loss). New accepts a *redis.Client (standalone, or Sentinel through
+// redis.NewFailoverClient) or a *redis.ClusterClient, and refuses other
+// client types (a *redis.Ring) with ErrInvalid.
 //
 // # Waiting
 //

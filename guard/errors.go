@@ -5,9 +5,11 @@ import "errors"
 // Errors returned by this package. Match them with errors.Is; they are often
 // wrapped with the key and the detail.
 var (
-	// ErrNotAcquired means the key was held by another owner for the whole
-	// wait. When the wait ended because ctx was done, the error also matches
-	// the context's error.
+	// ErrNotAcquired means Redis answered that the key was held by another
+	// owner, for the whole wait (HeldFor tells how long it stays held at
+	// most). When the wait ended because ctx was done, the error also matches
+	// the context's error. A wait that never got an answer from Redis returns
+	// the transport or context error instead, not ErrNotAcquired.
 	ErrNotAcquired = errors.New("guard: lock not acquired")
 
 	// ErrLeaseLost is the cause of a lease context that was canceled because
@@ -26,9 +28,9 @@ var (
 	// ErrReleased is the cause of a lease context whose lease was released.
 	ErrReleased = errors.New("guard: lease released")
 
-	// ErrClosed is returned by a Locker after Close. Leases still held at
-	// Close are released and their contexts end with a cause matching both
-	// ErrClosed and ErrLeaseLost.
+	// ErrClosed is returned by a Locker after Close, and is the cause of the
+	// contexts Close cancels. A lease still held when Close gives up waiting
+	// is left to expire; its loss matches both ErrClosed and ErrLeaseLost.
 	ErrClosed = errors.New("guard: locker closed")
 
 	// ErrWrongType means a Redis key of the lock already holds a value of

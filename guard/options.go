@@ -202,13 +202,14 @@ func TTL(d time.Duration) LockOption { return func(c *lockConfig) { c.ttl = d } 
 // the server's clock. Default: 0. Must be >= 0.
 func MinHold(d time.Duration) LockOption { return func(c *lockConfig) { c.minHold = d } }
 
-// FenceTTL lets the key's fencing counter expire d after its last
-// acquisition, for keys that are used once or for a while and then never
-// again (a request id, a payload hash): without it every such key leaves a
-// counter in Redis forever. Tokens stay strictly increasing as long as the
-// key is acquired at least every d; after that the counter starts again at
-// 1, so use it only where no resource keeps tokens of the key longer than
-// d. A counter that was created without FenceTTL keeps living forever.
+// FenceTTL lets the key's fencing counter expire at least d, and at least
+// the lease's TTL, after its last acquisition, for keys that are used once
+// or for a while and then never again (a request id, a payload hash):
+// without it every such key leaves a counter in Redis forever. A counter
+// expires only if every acquisition that used it asked for FenceTTL: one
+// without it makes the counter permanent. An expired counter does not send
+// tokens back: a token is never below the server's clock in microseconds
+// (see the package doc, Fencing, for the clock assumption).
 // Default: 0, the counter never expires. Must be >= 0.
 func FenceTTL(d time.Duration) LockOption { return func(c *lockConfig) { c.fenceTTL = d } }
 

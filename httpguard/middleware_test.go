@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -658,7 +659,10 @@ func TestRedisKeysExpire(t *testing.T) {
 			t.Errorf("%s: TTL %v (%v), want at most the 1h retention", k, ttl, err)
 		}
 	}
-	if len(keys) != 6 { // a fingerprint, a response and a fencing counter per key
-		t.Errorf("%d keys, want 6: %v", len(keys), keys)
+	// A fingerprint, a response and a fencing counter per key, and maybe
+	// the seconds-long marker of a release (guard:{…}:done:<owner>).
+	long := slices.DeleteFunc(keys, func(k string) bool { return strings.Contains(k, "}:done:") })
+	if len(long) != 6 {
+		t.Errorf("%d keys, want 6: %v", len(long), long)
 	}
 }
