@@ -17,7 +17,8 @@ type Option func(*config)
 // config is the middleware's validated configuration.
 type config struct {
 	required      bool
-	methods       map[string]bool
+	methodNames   []string        // as given to Methods
+	methods       map[string]bool // upper-cased methodNames
 	principal     func(*http.Request) string
 	deny          func(http.ResponseWriter, *http.Request, Problem)
 	retention     time.Duration
@@ -52,15 +53,13 @@ var defaultReplayHeaders = []string{
 func Required() Option { return func(c *config) { c.required = true } }
 
 // Methods sets the request methods the middleware guards; requests with any
-// other method pass through untouched. Methods are case-sensitive tokens.
-// Default: POST and PATCH. At least one method is required.
+// other method pass through untouched. Names are upper-cased, as every
+// registered HTTP method is: Methods("put") guards PUT. A request's method is
+// matched as sent, so a request whose method is not upper-case is never
+// guarded. Default: POST and PATCH. At least one method is required, and
+// each must be an HTTP token (no spaces or separators).
 func Methods(methods ...string) Option {
-	return func(c *config) {
-		c.methods = make(map[string]bool, len(methods))
-		for _, m := range methods {
-			c.methods[m] = true
-		}
-	}
+	return func(c *config) { c.methodNames = append([]string{}, methods...) }
 }
 
 // Principal scopes keys to the principal f returns for a request, such as
@@ -144,7 +143,7 @@ var refusedReplayHeaders = map[string]bool{
 
 func newConfig(l *guard.Locker, opts []Option) (config, error) {
 	c := config{
-		methods:       map[string]bool{http.MethodPost: true, http.MethodPatch: true},
+		methodNames:   []string{http.MethodPost, http.MethodPatch},
 		deny:          WriteProblem,
 		retention:     defaultRetention,
 		maxBody:       defaultMaxBody,
@@ -163,7 +162,7 @@ func newConfig(l *guard.Locker, opts []Option) (config, error) {
 		o(&c)
 	}
 	switch {
-	case len(c.methods) == 0:
+	case len(c.methodNames) == 0:
 		return c, invalid("Methods needs at least one method")
 	case c.principalSet && c.principal == nil:
 		return c, invalid("nil Principal function")
@@ -180,10 +179,12 @@ func newConfig(l *guard.Locker, opts []Option) (config, error) {
 	case c.ttlSet && c.ttl <= 0:
 		return c, invalid("TTL %v must be positive", c.ttl)
 	}
-	for m := range c.methods {
-		if !isToken(m) {
+	c.methods = make(map[string]bool, len(c.methodNames))
+	for _, m := range c.methodNames {
+		if !isToken(m) { // before upper-casing, which maps some non-ASCII letters to ASCII
 			return c, invalid("method %q is not a valid HTTP method token", m)
 		}
+		c.methods[strings.ToUpper(m)] = true
 	}
 	replayHeaders := make([]string, 0, len(c.replayHeaders))
 	for _, h := range c.replayHeaders {

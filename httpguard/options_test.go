@@ -36,6 +36,7 @@ func TestInvalidOptionsPanic(t *testing.T) {
 		{"nil option", l, []httpguard.Option{nil}},
 		{"no methods", l, []httpguard.Option{httpguard.Methods()}},
 		{"bad method", l, []httpguard.Option{httpguard.Methods("PO ST")}},
+		{"non-ASCII method", l, []httpguard.Option{httpguard.Methods("po\u017ft")}}, // upper-cases to POST
 		{"nil Principal", l, []httpguard.Option{httpguard.Principal(nil)}},
 		{"nil DenyHandler", l, []httpguard.Option{httpguard.DenyHandler(nil)}},
 		{"nil Logger", l, []httpguard.Option{httpguard.Logger(nil)}},
