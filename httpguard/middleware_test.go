@@ -48,8 +48,8 @@ func TestConcurrentDuplicates(t *testing.T) {
 	for i := range n - 1 {
 		res := wait(t, results, 10*time.Second, fmt.Sprintf("refusal %d of %d", i+1, n-1))
 		wantProblem(t, res, http.StatusConflict, httpguard.TypeInFlight)
-		if ra := res.header.Get("Retry-After"); ra != "1" {
-			t.Errorf("Retry-After %q, want 1", ra)
+		if ra := res.header.Get("Retry-After"); ra != "5" { // a live holder: the default cap
+			t.Errorf("Retry-After %q, want 5", ra)
 		}
 	}
 	close(release)
@@ -633,7 +633,7 @@ func TestDenyHandler(t *testing.T) {
 	res := e.send(t, post("/orders", "k", "x"))
 	close(release)
 	wait(t, done, 5*time.Second, "first response")
-	if res.status != 409 || !strings.HasPrefix(res.body, "custom: ") || res.header.Get("Retry-After") != "1" || res.header.Get("Cache-Control") != "no-store" {
+	if res.status != 409 || !strings.HasPrefix(res.body, "custom: ") || res.header.Get("Retry-After") != "5" || res.header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("got %d %q %v", res.status, res.body, res.header)
 	}
 	if len(got) != 1 || got[0].Type != httpguard.TypeInFlight {

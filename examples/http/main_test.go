@@ -32,7 +32,7 @@ func TestRun(t *testing.T) {
 		}
 	}
 	want := []string{
-		"409 Conflict [Retry-After: 1, Cache-Control: no-store] problem \"Request in progress\"",
+		"409 Conflict [Retry-After: 5, Cache-Control: no-store] problem \"Request in progress\"",
 		"201 Created [Location: /orders/1] {\"id\":1,\"item\":\"book\"}",
 		"201 Created [Location: /orders/1, Idempotent-Replayed: true] {\"id\":1,\"item\":\"book\"}",
 		"422 Unprocessable Entity [Cache-Control: no-store] problem \"Idempotency-Key reused\"",
