@@ -60,7 +60,8 @@ func TestRun(t *testing.T) {
 		last = tok
 	}
 
-	// The crashed holder is told to stop before another instance takes over.
+	// The holder cut off from Redis is told to stop before another instance
+	// takes over.
 	told := index(lines, "instance-1: was told to stop: guard: lease lost")
 	took := index(lines, "instance-2: took over nightly-report")
 	if told < 0 || took < 0 || told > took {
@@ -75,6 +76,35 @@ func TestRun(t *testing.T) {
 		if index(lines, want) < 0 {
 			t.Errorf("no line contains %q", want)
 		}
+	}
+}
+
+// TestRunLeavesNothingForever runs the story on a real redis-server, as
+// REDIS_URL makes it do, and checks that every key it leaves behind expires.
+func TestRunLeavesNothingForever(t *testing.T) {
+	srv := redistest.Start(t)
+	t.Setenv("REDIS_URL", "redis://"+srv.Addr())
+	var out strings.Builder
+	if err := run(t.Context(), &out); err != nil {
+		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
+	}
+	admin := srv.Client(t)
+	keys, err := admin.Keys(t.Context(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		ttl, err := admin.PTTL(t.Context(), k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl < 0 { // -1: no expiry; -2: gone meanwhile, which is fine
+			if ttl == -1 {
+				t.Errorf("%s is left with no expiry", k)
+			}
+			continue
+		}
+		t.Logf("%s expires in %v", k, ttl)
 	}
 }
 
