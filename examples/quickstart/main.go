@@ -10,7 +10,8 @@
 //
 //	go run ./examples/quickstart                                            # embedded Redis
 //	REDIS_URL=redis://127.0.0.1:6379/15 go run ./examples/quickstart        # a real one
-//	go run ./examples/quickstart -trace                                     # and print the spans
+//	go run ./examples/quickstart -trace                                     # and print the spans as a tree
+//	go run ./examples/quickstart -trace=json                                # or as JSON, as they end
 package main
 
 import (

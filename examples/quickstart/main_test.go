@@ -118,8 +118,38 @@ func index(lines []string, s string) int {
 	return -1
 }
 
-// TestRunWithTrace runs the story with spans printed, as -trace does.
+// TestRunWithTrace runs the story as -trace does and checks the span tree
+// printed after it.
 func TestRunWithTrace(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	traced, err := exampleenv.RunTree(t.Context(), run)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	t.Logf("output:\n%s", traced)
+	_, tree, ok := strings.Cut(traced, "\n--- ")
+	if !ok {
+		t.Fatalf("no span tree after the story")
+	}
+	for _, want := range []string{
+		"\njobguard.run  ",
+		"\n├─ jobguard.lock.acquire  ",
+		"\n└─ jobguard.lock.release  ",
+		"\n├─ * event jobguard.lock.lost  ", // the lease deleted under instance-3's job
+		"error.type=lease_lost",
+		"acquire.result=busy",
+	} {
+		if !strings.Contains(tree, want) {
+			t.Errorf("span tree lacks %q", want)
+		}
+	}
+	if strings.Contains(traced, `"Name"`) {
+		t.Errorf("JSON in the output of -trace")
+	}
+}
+
+// TestRunWithTraceJSON runs the story as -trace=json does.
+func TestRunWithTraceJSON(t *testing.T) {
 	t.Setenv("REDIS_URL", "")
 	traced, err := exampleenv.RunTraced(t.Context(), run)
 	if err != nil {
