@@ -25,8 +25,8 @@
 //     true". The handler does not run.
 //   - 422 if the key was used before with a different payload: the SHA-256
 //     of method, path, query and body.
-//   - 409 with "Retry-After: 1" if a request with the same key is being
-//     processed, on this instance or any other.
+//   - 409 with Retry-After if a request with the same key is being
+//     processed, on this instance or any other (see below).
 //   - Otherwise the handler runs, holding a lease on the key (see guard);
 //     its request context is canceled if the lease is lost or the client
 //     goes away.
@@ -36,6 +36,17 @@
 // written by the DenyHandler. If Redis fails, the request is not processed
 // and gets 503 with "Retry-After: 1": without Redis the middleware cannot
 // tell a retry from a first request, so it fails closed.
+//
+// # Retry-After on 409
+//
+// The holder of a key is either a live request, which renews its lease
+// while it runs, or an instance that crashed, whose lease runs out within
+// its TTL (guard.WithTTL, or TTL here; 30s by default). Redis reports how
+// long the key stays held unless renewed (guard.HeldFor), and Retry-After
+// is that time in whole seconds, rounded up, at least 1 and at most
+// MaxRetryAfter (default 5s). A crashed holder's remaining time shrinks, so
+// its clients are told when its key frees; a live one's stays near the TTL
+// however soon the request will finish, so its clients are told the cap.
 //
 // # Scope of a key
 //

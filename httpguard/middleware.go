@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/jobguard/jobguard/guard"
 )
@@ -137,11 +139,27 @@ func (h *handler) serve(q *request) {
 		}
 	case ctx.Err() != nil: // the client is gone: nobody to answer
 	case errors.Is(err, guard.ErrNotAcquired):
-		q.log.Info("httpguard: key in flight")
+		after := retryAfter(err, h.c.maxRetryAfter)
+		q.log.Info("httpguard: key in flight", "retry_after", after)
+		q.w.Header().Set("Retry-After", strconv.FormatInt(after, 10))
 		h.deny(q.w, q.r, problemInFlight())
 	default:
 		h.unavailable(q, err)
 	}
+}
+
+// retryAfter returns the Retry-After, in seconds, of a 409 refused with
+// err (an ErrNotAcquired): how long Redis said the key stays held unless its
+// holder renews, rounded up, at least 1 and at most limit rounded up. A
+// crashed holder's key is free after that time; a live holder renews, so
+// the cap keeps its clients from waiting out a whole TTL.
+func retryAfter(err error, limit time.Duration) int64 {
+	d, ok := guard.HeldFor(err)
+	if !ok {
+		d = time.Second
+	}
+	d = min(d, limit)
+	return max(int64((d+time.Second-1)/time.Second), 1)
 }
 
 func (h *handler) lockOptions(r *http.Request) []guard.LockOption {
@@ -293,15 +311,12 @@ func (h *handler) unavailable(q *request, err error) {
 		return // the client is gone
 	}
 	q.log.Error("httpguard: Redis failed; answered 503", "err", err)
+	q.w.Header().Set("Retry-After", "1")
 	h.deny(q.w, q.r, problemUnavailable())
 }
 
 // deny answers the request with p through the DenyHandler.
 func (h *handler) deny(w http.ResponseWriter, r *http.Request, p Problem) {
-	hd := w.Header()
-	hd.Set("Cache-Control", "no-store")
-	if p.Status == http.StatusConflict || p.Status == http.StatusServiceUnavailable {
-		hd.Set("Retry-After", "1")
-	}
+	w.Header().Set("Cache-Control", "no-store")
 	h.c.deny(w, r, p)
 }

@@ -49,8 +49,8 @@ func TestConcurrentDuplicates(t *testing.T) {
 	for i := range n - 1 {
 		res := wait(t, results, 10*time.Second, fmt.Sprintf("refusal %d of %d", i+1, n-1))
 		wantProblem(t, res, http.StatusConflict, httpguard.TypeInFlight)
-		if ra := res.header.Get("Retry-After"); ra != "1" {
-			t.Errorf("Retry-After %q, want 1", ra)
+		if ra := res.header.Get("Retry-After"); ra != "5" { // a live holder: the default cap
+			t.Errorf("Retry-After %q, want 5", ra)
 		}
 	}
 	close(release)
@@ -513,6 +513,30 @@ func TestPassThrough(t *testing.T) {
 	}
 }
 
+// Methods takes method names in any case: HTTP methods are upper-case
+// tokens, so Methods("put") guards PUT rather than a method no client sends.
+func TestMethodsUpperCased(t *testing.T) {
+	e := newEnv(t)
+	var runs counter
+	e.mux.Handle("/r", httpguard.Middleware(e.locker, httpguard.Methods("put", "Delete"))(echo(&runs)))
+	for _, method := range []string{"PUT", "DELETE"} {
+		q := req{method: method, path: "/r", body: "x", header: []string{"Idempotency-Key", "k-" + method}}
+		first, again := e.send(t, q), e.send(t, q)
+		if first.status != http.StatusCreated || again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("%s: %d %q then %d %q replayed=%q, want the second a replay of the first",
+				method, first.status, first.body, again.status, again.body, again.header.Get("Idempotent-Replayed"))
+		}
+	}
+	if got := runs.get(); got != 2 {
+		t.Errorf("handler ran %d times, want 2 (once per key)", got)
+	}
+	// POST is no longer guarded: Methods replaces the default.
+	q := post("/r", "k-post", "x")
+	if e.send(t, q); e.send(t, q).header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("POST replayed, want it passed through")
+	}
+}
+
 // No response, whatever its kind, carries the lock key, its hash or an
 // owner token.
 func TestNothingSecretInResponses(t *testing.T) {
@@ -610,7 +634,7 @@ func TestDenyHandler(t *testing.T) {
 	res := e.send(t, post("/orders", "k", "x"))
 	close(release)
 	wait(t, done, 5*time.Second, "first response")
-	if res.status != 409 || !strings.HasPrefix(res.body, "custom: ") || res.header.Get("Retry-After") != "1" || res.header.Get("Cache-Control") != "no-store" {
+	if res.status != 409 || !strings.HasPrefix(res.body, "custom: ") || res.header.Get("Retry-After") != "5" || res.header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("got %d %q %v", res.status, res.body, res.header)
 	}
 	if len(got) != 1 || got[0].Type != httpguard.TypeInFlight {

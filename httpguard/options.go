@@ -17,7 +17,8 @@ type Option func(*config)
 // config is the middleware's validated configuration.
 type config struct {
 	required      bool
-	methods       map[string]bool
+	methodNames   []string        // as given to Methods
+	methods       map[string]bool // upper-cased methodNames
 	principal     func(*http.Request) string
 	deny          func(http.ResponseWriter, *http.Request, Problem)
 	retention     time.Duration
@@ -26,6 +27,7 @@ type config struct {
 	replayHeaders []string // canonical names
 	replay        bool
 	ttl           time.Duration // 0: the Locker's TTL
+	maxRetryAfter time.Duration
 	log           *slog.Logger
 
 	principalSet, ttlSet bool
@@ -36,6 +38,7 @@ const (
 	defaultRetention     = 24 * time.Hour
 	defaultMaxBody       = 1 << 20
 	defaultMaxStoredBody = 1 << 20
+	defaultMaxRetryAfter = 5 * time.Second
 )
 
 // defaultReplayHeaders are the response headers a replay carries unless
@@ -52,15 +55,13 @@ var defaultReplayHeaders = []string{
 func Required() Option { return func(c *config) { c.required = true } }
 
 // Methods sets the request methods the middleware guards; requests with any
-// other method pass through untouched. Methods are case-sensitive tokens.
-// Default: POST and PATCH. At least one method is required.
+// other method pass through untouched. Names are upper-cased, as every
+// registered HTTP method is: Methods("put") guards PUT. A request's method is
+// matched as sent, so a request whose method is not upper-case is never
+// guarded. Default: POST and PATCH. At least one method is required, and
+// each must be an HTTP token (no spaces or separators).
 func Methods(methods ...string) Option {
-	return func(c *config) {
-		c.methods = make(map[string]bool, len(methods))
-		for _, m := range methods {
-			c.methods[m] = true
-		}
-	}
+	return func(c *config) { c.methodNames = append([]string{}, methods...) }
 }
 
 // Principal scopes keys to the principal f returns for a request, such as
@@ -77,8 +78,8 @@ func Principal(f func(*http.Request) string) Option {
 // DenyHandler sets the function that writes every response the middleware
 // makes itself instead of running the handler: 400, 409, 413, 422 and 503
 // (see Problem). Before calling f, the middleware sets "Cache-Control:
-// no-store" and, for 409 and 503, "Retry-After: 1" on w's header; f may
-// change them. f must write the response. Default: WriteProblem. Must not be
+// no-store" on w's header, and Retry-After for 409 (see MaxRetryAfter) and
+// 503 ("1"); f may change them. f must write the response. Default: WriteProblem. Must not be
 // nil.
 func DenyHandler(f func(w http.ResponseWriter, r *http.Request, p Problem)) Option {
 	return func(c *config) { c.deny = f }
@@ -128,6 +129,17 @@ func NoReplay() Option { return func(c *config) { c.replay = false } }
 // (guard.TTL); Middleware checks that.
 func TTL(d time.Duration) Option { return func(c *config) { c.ttl, c.ttlSet = d, true } }
 
+// MaxRetryAfter caps the Retry-After of a 409, the answer to a request
+// whose key another request holds. Below the cap, Retry-After is the time
+// Redis reports the key stays held unless its holder renews its lease, in
+// whole seconds rounded up, and at least 1. A holder that crashed renews
+// nothing, so its clients are told when its key frees and are let in then.
+// A live request renews its lease while it runs, so the time reported stays
+// near the lease's TTL however soon it will finish: the cap is how long its
+// clients wait at most before asking again. Default: 5s. Must be at least
+// 1s; it is rounded up to whole seconds.
+func MaxRetryAfter(d time.Duration) Option { return func(c *config) { c.maxRetryAfter = d } }
+
 // Logger sets the logger: a completed, stored or replayed request at Debug,
 // a request refused because its key is in flight at Info, a response not
 // stored because the lease was lost at Warn (guard logs the loss itself),
@@ -144,13 +156,14 @@ var refusedReplayHeaders = map[string]bool{
 
 func newConfig(l *guard.Locker, opts []Option) (config, error) {
 	c := config{
-		methods:       map[string]bool{http.MethodPost: true, http.MethodPatch: true},
+		methodNames:   []string{http.MethodPost, http.MethodPatch},
 		deny:          WriteProblem,
 		retention:     defaultRetention,
 		maxBody:       defaultMaxBody,
 		maxStoredBody: defaultMaxStoredBody,
 		replayHeaders: defaultReplayHeaders,
 		replay:        true,
+		maxRetryAfter: defaultMaxRetryAfter,
 		log:           slog.New(slog.DiscardHandler),
 	}
 	if l == nil {
@@ -163,7 +176,7 @@ func newConfig(l *guard.Locker, opts []Option) (config, error) {
 		o(&c)
 	}
 	switch {
-	case len(c.methods) == 0:
+	case len(c.methodNames) == 0:
 		return c, invalid("Methods needs at least one method")
 	case c.principalSet && c.principal == nil:
 		return c, invalid("nil Principal function")
@@ -179,11 +192,15 @@ func newConfig(l *guard.Locker, opts []Option) (config, error) {
 		return c, invalid("MaxStoredBody %d must be positive", c.maxStoredBody)
 	case c.ttlSet && c.ttl <= 0:
 		return c, invalid("TTL %v must be positive", c.ttl)
+	case c.maxRetryAfter < time.Second:
+		return c, invalid("MaxRetryAfter %v must be at least 1s", c.maxRetryAfter)
 	}
-	for m := range c.methods {
-		if !isToken(m) {
+	c.methods = make(map[string]bool, len(c.methodNames))
+	for _, m := range c.methodNames {
+		if !isToken(m) { // before upper-casing, which maps some non-ASCII letters to ASCII
 			return c, invalid("method %q is not a valid HTTP method token", m)
 		}
+		c.methods[strings.ToUpper(m)] = true
 	}
 	replayHeaders := make([]string, 0, len(c.replayHeaders))
 	for _, h := range c.replayHeaders {

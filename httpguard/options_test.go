@@ -36,6 +36,7 @@ func TestInvalidOptionsPanic(t *testing.T) {
 		{"nil option", l, []httpguard.Option{nil}},
 		{"no methods", l, []httpguard.Option{httpguard.Methods()}},
 		{"bad method", l, []httpguard.Option{httpguard.Methods("PO ST")}},
+		{"non-ASCII method", l, []httpguard.Option{httpguard.Methods("po\u017ft")}}, // upper-cases to POST
 		{"nil Principal", l, []httpguard.Option{httpguard.Principal(nil)}},
 		{"nil DenyHandler", l, []httpguard.Option{httpguard.DenyHandler(nil)}},
 		{"nil Logger", l, []httpguard.Option{httpguard.Logger(nil)}},
@@ -44,6 +45,8 @@ func TestInvalidOptionsPanic(t *testing.T) {
 		{"zero MaxBody", l, []httpguard.Option{httpguard.MaxBody(0)}},
 		{"negative MaxStoredBody", l, []httpguard.Option{httpguard.MaxStoredBody(-1)}},
 		{"zero TTL", l, []httpguard.Option{httpguard.TTL(0)}},
+		{"zero MaxRetryAfter", l, []httpguard.Option{httpguard.MaxRetryAfter(0)}},
+		{"sub-second MaxRetryAfter", l, []httpguard.Option{httpguard.MaxRetryAfter(999 * time.Millisecond)}},
 		{"bad replay header", l, []httpguard.Option{httpguard.ReplayHeaders("X Bad")}},
 		{"framing replay header", l, []httpguard.Option{httpguard.ReplayHeaders("content-length")}},
 		{"Idempotent-Replayed as replay header", l, []httpguard.Option{httpguard.ReplayHeaders("Idempotent-Replayed")}},
@@ -70,6 +73,7 @@ func TestInvalidOptionsPanic(t *testing.T) {
 				httpguard.DenyHandler(httpguard.WriteProblem), httpguard.Retention(time.Hour),
 				httpguard.MaxBody(1), httpguard.MaxStoredBody(1), httpguard.ReplayHeaders(),
 				httpguard.NoReplay(), httpguard.TTL(time.Second), httpguard.Logger(slog.Default()),
+				httpguard.MaxRetryAfter(time.Second),
 			)(http.NotFoundHandler())
 		})
 		if err != nil {

@@ -27,29 +27,27 @@ type Problem struct {
 const (
 	// TypeKeyMissing (400): Required is set and the request has no
 	// Idempotency-Key header.
-	TypeKeyMissing = typeBase + "TypeKeyMissing"
+	TypeKeyMissing = "https://pkg.go.dev/github.com/jobguard/jobguard/httpguard#TypeKeyMissing"
 	// TypeKeyInvalid (400): the Idempotency-Key header is not 1 to 255
 	// printable ASCII characters (bare or as a quoted string), or it
 	// appears more than once.
-	TypeKeyInvalid = typeBase + "TypeKeyInvalid"
+	TypeKeyInvalid = "https://pkg.go.dev/github.com/jobguard/jobguard/httpguard#TypeKeyInvalid"
 	// TypeBodyUnreadable (400): the request body could not be read.
-	TypeBodyUnreadable = typeBase + "TypeBodyUnreadable"
+	TypeBodyUnreadable = "https://pkg.go.dev/github.com/jobguard/jobguard/httpguard#TypeBodyUnreadable"
 	// TypeInFlight (409): a request with the same key is being processed.
 	// The response carries Retry-After.
-	TypeInFlight = typeBase + "TypeInFlight"
+	TypeInFlight = "https://pkg.go.dev/github.com/jobguard/jobguard/httpguard#TypeInFlight"
 	// TypeBodyTooLarge (413): the request body is larger than MaxBody, so
 	// it cannot be fingerprinted.
-	TypeBodyTooLarge = typeBase + "TypeBodyTooLarge"
+	TypeBodyTooLarge = "https://pkg.go.dev/github.com/jobguard/jobguard/httpguard#TypeBodyTooLarge"
 	// TypeKeyReused (422): the key was used before with a different
 	// payload (method, path, query or body).
-	TypeKeyReused = typeBase + "TypeKeyReused"
+	TypeKeyReused = "https://pkg.go.dev/github.com/jobguard/jobguard/httpguard#TypeKeyReused"
 	// TypeUnavailable (503): Redis could not be asked whether the key is in
 	// use, so the request was not processed. The response carries
 	// Retry-After.
-	TypeUnavailable = typeBase + "TypeUnavailable"
+	TypeUnavailable = "https://pkg.go.dev/github.com/jobguard/jobguard/httpguard#TypeUnavailable"
 )
-
-const typeBase = "https://pkg.go.dev/github.com/jobguard/jobguard/httpguard#"
 
 // WriteProblem writes p as application/problem+json with p.Status. It is
 // the default DenyHandler; a custom one may call it after its own work (for

@@ -5,7 +5,8 @@
 //
 //	go run ./examples/http                                            # embedded Redis
 //	REDIS_URL=redis://127.0.0.1:6379/15 go run ./examples/http        # a real one
-//	go run ./examples/http -trace                                     # and print the spans
+//	go run ./examples/http -trace                                     # and print the spans as a tree
+//	go run ./examples/http -trace=json                                # or as JSON, as they end
 package main
 
 import (

@@ -32,7 +32,7 @@ func TestRun(t *testing.T) {
 		}
 	}
 	want := []string{
-		"409 Conflict [Retry-After: 1, Cache-Control: no-store] problem \"Request in progress\"",
+		"409 Conflict [Retry-After: 5, Cache-Control: no-store] problem \"Request in progress\"",
 		"201 Created [Location: /orders/1] {\"id\":1,\"item\":\"book\"}",
 		"201 Created [Location: /orders/1, Idempotent-Replayed: true] {\"id\":1,\"item\":\"book\"}",
 		"422 Unprocessable Entity [Cache-Control: no-store] problem \"Idempotency-Key reused\"",
@@ -52,14 +52,36 @@ func TestRun(t *testing.T) {
 	}
 }
 
-// TestRunWithTrace runs the story with spans printed, as -trace does.
+// TestRunWithTrace runs the story as -trace does: the run spans in the tree
+// carry the route httpguard adds to every lease.
 func TestRunWithTrace(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	traced, err := exampleenv.RunTree(t.Context(), run)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	t.Logf("output:\n%s", traced)
+	runs := 0
+	for _, l := range strings.Split(traced, "\n") {
+		if strings.HasPrefix(l, "jobguard.run  ") {
+			runs++
+			if !strings.Contains(l, `http.route="POST /orders"`) {
+				t.Errorf("run span without the route: %s", l)
+			}
+		}
+	}
+	if runs == 0 {
+		t.Errorf("no jobguard.run span in the tree")
+	}
+}
+
+// TestRunWithTraceJSON runs the story as -trace=json does.
+func TestRunWithTraceJSON(t *testing.T) {
 	t.Setenv("REDIS_URL", "")
 	traced, err := exampleenv.RunTraced(t.Context(), run)
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	// The run spans carry the attribute httpguard adds to every lease.
 	for _, want := range []string{`"Name":"jobguard.run"`, `"Key":"http.route"`} {
 		if !strings.Contains(traced, want) {
 			t.Errorf("trace output lacks %s", want)

@@ -1,11 +1,17 @@
 // Quickstart runs a fleet of three simulated instances of one service against
 // one Redis and shows what guard gives them: a job runs on one instance at a
-// time, fencing tokens only go up, a crashed holder's key is taken over once
-// its TTL passes, and a job whose lease is lost is told to stop.
+// time, fencing tokens only go up, a holder cut off from Redis (its client is
+// closed, as a crash or a network partition would leave it: no renewal, no
+// release) is told to stop and its key is taken over once its TTL passes, and
+// a job whose lease is lost is told to stop.
+//
+// Every key it leaves in Redis expires: the lease keys with their TTL, the
+// fencing counter a minute after the last acquisition (guard.FenceTTL).
 //
 //	go run ./examples/quickstart                                            # embedded Redis
 //	REDIS_URL=redis://127.0.0.1:6379/15 go run ./examples/quickstart        # a real one
-//	go run ./examples/quickstart -trace                                     # and print the spans
+//	go run ./examples/quickstart -trace                                     # and print the spans as a tree
+//	go run ./examples/quickstart -trace=json                                # or as JSON, as they end
 package main
 
 import (
@@ -23,6 +29,11 @@ import (
 
 // job is the lock key every instance competes for.
 const job = "nightly-report"
+
+// fenceTTL lets the key's fencing counter expire a minute after the story
+// last acquires it: without it, a run against a real Redis would leave the
+// counter there forever. Tokens still only go up while the story runs.
+var fenceTTL = guard.FenceTTL(time.Minute)
 
 func main() { exampleenv.Main("quickstart", run) }
 
@@ -50,7 +61,7 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 	var fleet []*instance
 	defer func() {
 		for _, in := range fleet {
-			in.locker.Close() // also after a crash: it stops the Locker's goroutines
+			in.locker.Close() // also when its client is closed: it stops the Locker's goroutines
 			in.client.Close()
 		}
 	}()
@@ -70,8 +81,8 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 			return err
 		}
 	}
-	p.Say("fleet", "--- the holder crashes")
-	if err := crashAndTakeover(ctx, p, fleet[0], fleet[1]); err != nil {
+	p.Say("fleet", "--- the holder is cut off from Redis, as a crash would leave it")
+	if err := cutOffAndTakeover(ctx, p, fleet[0], fleet[1]); err != nil {
 		return err
 	}
 	p.Say("fleet", "--- the lease is lost while the job runs")
@@ -90,7 +101,7 @@ func everyoneAtOnce(ctx context.Context, p *exampleenv.Printer, fleet []*instanc
 				p.Say(in.name, "runs %s with fencing token %d", job, token)
 				time.Sleep(300 * time.Millisecond) // the work; the others try meanwhile
 				return nil
-			}, guard.Wait(0))
+			}, guard.Wait(0), fenceTTL)
 		})
 	}
 	wg.Wait()
@@ -104,16 +115,17 @@ func everyoneAtOnce(ctx context.Context, p *exampleenv.Printer, fleet []*instanc
 	return nil
 }
 
-// crashAndTakeover has a crash while holding the job: it can neither renew
+// cutOffAndTakeover closes a's Redis client while a holds the job. The
+// process lives on, but as with a crash or a partition, it can neither renew
 // nor release, so b gets in once the 1s TTL has passed, and not before.
-func crashAndTakeover(ctx context.Context, p *exampleenv.Printer, a, b *instance) error {
-	lease, err := a.locker.Acquire(ctx, job, guard.TTL(time.Second), guard.Wait(0))
+func cutOffAndTakeover(ctx context.Context, p *exampleenv.Printer, a, b *instance) error {
+	lease, err := a.locker.Acquire(ctx, job, guard.TTL(time.Second), guard.Wait(0), fenceTTL)
 	if err != nil {
 		return err
 	}
-	p.Say(a.name, "holds %s with fencing token %d and a 1s TTL, then crashes", job, lease.Token())
-	crashed := time.Now()
-	a.client.Close() // the crash: no renewal, no release from now on
+	p.Say(a.name, "holds %s with fencing token %d and a 1s TTL; its Redis client is closed now", job, lease.Token())
+	cutOff := time.Now()
+	a.client.Close() // no renewal, no release from now on
 	// Cut off from Redis, a's heartbeat cannot renew, so a's job is told to
 	// stop before the lease could expire, which is before b can get in.
 	var wg sync.WaitGroup
@@ -124,9 +136,9 @@ func crashAndTakeover(ctx context.Context, p *exampleenv.Printer, a, b *instance
 	})
 	return b.locker.WithLock(ctx, job, func(ctx context.Context) error {
 		token, _ := guard.TokenFrom(ctx, job)
-		p.Say(b.name, "took over %s %.2fs after the crash, fencing token %d", job, time.Since(crashed).Seconds(), token)
+		p.Say(b.name, "took over %s %.2fs after %s was cut off, fencing token %d", job, time.Since(cutOff).Seconds(), a.name, token)
 		return nil
-	}, guard.Wait(5*time.Second))
+	}, guard.Wait(5*time.Second), fenceTTL)
 }
 
 // leaseLost deletes the lock behind in's back while its job runs. The next
@@ -148,7 +160,7 @@ func leaseLost(ctx context.Context, p *exampleenv.Printer, in *instance, admin *
 		case <-time.After(5 * time.Second):
 			return errors.New("the lost lease went unnoticed")
 		}
-	}, guard.TTL(time.Second))
+	}, guard.TTL(time.Second), fenceTTL)
 	if !errors.Is(err, guard.ErrLeaseLost) {
 		return fmt.Errorf("want an error matching guard.ErrLeaseLost, got %v", err)
 	}

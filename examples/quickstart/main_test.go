@@ -60,7 +60,8 @@ func TestRun(t *testing.T) {
 		last = tok
 	}
 
-	// The crashed holder is told to stop before another instance takes over.
+	// The holder cut off from Redis is told to stop before another instance
+	// takes over.
 	told := index(lines, "instance-1: was told to stop: guard: lease lost")
 	took := index(lines, "instance-2: took over nightly-report")
 	if told < 0 || took < 0 || told > took {
@@ -78,6 +79,35 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunLeavesNothingForever runs the story on a real redis-server, as
+// REDIS_URL makes it do, and checks that every key it leaves behind expires.
+func TestRunLeavesNothingForever(t *testing.T) {
+	srv := redistest.Start(t)
+	t.Setenv("REDIS_URL", "redis://"+srv.Addr())
+	var out strings.Builder
+	if err := run(t.Context(), &out); err != nil {
+		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
+	}
+	admin := srv.Client(t)
+	keys, err := admin.Keys(t.Context(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		ttl, err := admin.PTTL(t.Context(), k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl < 0 { // -1: no expiry; -2: gone meanwhile, which is fine
+			if ttl == -1 {
+				t.Errorf("%s is left with no expiry", k)
+			}
+			continue
+		}
+		t.Logf("%s expires in %v", k, ttl)
+	}
+}
+
 // index returns the number of the first line containing s, or -1.
 func index(lines []string, s string) int {
 	for i, l := range lines {
@@ -88,8 +118,38 @@ func index(lines []string, s string) int {
 	return -1
 }
 
-// TestRunWithTrace runs the story with spans printed, as -trace does.
+// TestRunWithTrace runs the story as -trace does and checks the span tree
+// printed after it.
 func TestRunWithTrace(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	traced, err := exampleenv.RunTree(t.Context(), run)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	t.Logf("output:\n%s", traced)
+	_, tree, ok := strings.Cut(traced, "\n--- ")
+	if !ok {
+		t.Fatalf("no span tree after the story")
+	}
+	for _, want := range []string{
+		"\njobguard.run  ",
+		"\n├─ jobguard.lock.acquire  ",
+		"\n└─ jobguard.lock.release  ",
+		"\n├─ * event jobguard.lock.lost  ", // the lease deleted under instance-3's job
+		"error.type=lease_lost",
+		"acquire.result=busy",
+	} {
+		if !strings.Contains(tree, want) {
+			t.Errorf("span tree lacks %q", want)
+		}
+	}
+	if strings.Contains(traced, `"Name"`) {
+		t.Errorf("JSON in the output of -trace")
+	}
+}
+
+// TestRunWithTraceJSON runs the story as -trace=json does.
+func TestRunWithTraceJSON(t *testing.T) {
 	t.Setenv("REDIS_URL", "")
 	traced, err := exampleenv.RunTraced(t.Context(), run)
 	if err != nil {
