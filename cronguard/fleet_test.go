@@ -68,8 +68,7 @@ func TestEveryTickRunsOnce(t *testing.T) {
 		opts []cronguard.Option
 		late time.Duration // instance 0 starts each run this late
 	}{
-		{"no spec", nil, 0},
-		{"no spec, one instance 300ms late", nil, 300 * time.Millisecond},
+		{"spec", []cronguard.Option{cronguard.Spec("* * * * * *")}, 0},
 		{"spec, one instance 300ms late", []cronguard.Option{cronguard.Spec("* * * * * *")}, 300 * time.Millisecond},
 	}
 	for _, tt := range tests {
@@ -202,7 +201,7 @@ func TestLongJobNeverOverlaps(t *testing.T) {
 			case <-ctx.Done(): // shutdown at the end of the test
 			}
 			return nil
-		}, cronguard.Logger(rec), cronguard.BaseContext(base))
+		}, cronguard.Spec("* * * * * *"), cronguard.Logger(rec), cronguard.BaseContext(base))
 		stops = append(stops, startCron(t, "* * * * * *", job))
 	}
 	time.Sleep(6500 * time.Millisecond)
