@@ -116,6 +116,7 @@ type guarded struct {
 	name string
 	fn   func(context.Context) error
 	cfg  config
+	busy contention
 }
 
 func newGuarded(l *guard.Locker, name string, opts []Option) (*guarded, error) {
@@ -177,11 +178,20 @@ func (g *guarded) Run() {
 	case !ran && base.Err() != nil:
 		c.log.Info("cronguard: skip", append(kv, "reason", "base context done")...)
 	case !ran && errors.Is(err, guard.ErrNotAcquired):
+		// Contention: logged once per contentionLogEvery, not at every tick.
+		log, repeated := g.busy.report(c.now())
+		if !log {
+			return
+		}
 		reason := "still running"
 		if c.wait > 0 {
 			reason = fmt.Sprintf("still running after waiting %v", c.wait)
 		}
-		c.log.Info("cronguard: skip", append(kv, "reason", reason)...)
+		kv = append(kv, "reason", reason)
+		if repeated > 0 {
+			kv = append(kv, "repeated", repeated)
+		}
+		c.log.Info("cronguard: skip", kv...)
 	case !ran:
 		c.log.Error(err, "cronguard: job not run: cannot take the lease", kv...)
 	case panicked != nil:

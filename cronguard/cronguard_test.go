@@ -283,6 +283,44 @@ func TestBusy(t *testing.T) {
 	}
 }
 
+// Contention is logged once per interval per job, not at every tick: the
+// next line after the interval says how many skips it stands for.
+func TestStillRunningLoggedOncePerInterval(t *testing.T) {
+	t.Parallel()
+	_, lockers := newFleet(t, 2)
+	const name = "busy-log"
+	held, err := lockers[1].Acquire(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+
+	var now atomic.Int64
+	now.Store(noon.UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()).UTC() }
+	rec := &recLogger{}
+	ran := false
+	job := cronguard.Func(lockers[0], name, func(context.Context) error { ran = true; return nil },
+		cronguard.Spec("* * * * * *"), cronguard.Clock(clock), cronguard.Logger(rec))
+	for range 5 {
+		job.Run()
+		now.Add(int64(time.Second))
+	}
+	if ran {
+		t.Fatal("ran while the lease was held elsewhere")
+	}
+	skips := rec.all("cronguard: skip")
+	if len(skips) != 1 || skips[0].kv["reason"] != "still running" {
+		t.Fatalf("5 busy ticks in 5s: want one skip logged; log:\n%s", rec)
+	}
+	now.Add(int64(time.Minute))
+	job.Run()
+	skips = rec.all("cronguard: skip")
+	if len(skips) != 2 || skips[1].kv["reason"] != "still running" || skips[1].kv["repeated"] != 4 {
+		t.Fatalf("a busy tick a minute later: want a second skip with repeated=4; log:\n%s", rec)
+	}
+}
+
 // MinHold keeps the lease after a fast job returns.
 func TestMinHold(t *testing.T) {
 	t.Parallel()

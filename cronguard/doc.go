@@ -62,9 +62,11 @@
 //
 // A run holds the guard lease name while the job runs, renewed by the
 // Locker's heartbeat, so a run longer than a period is never joined by
-// another instance's next tick: that tick is skipped, logged at Info
-// (Wait(d) waits for the running one instead). MinHold(d) keeps the lease
-// for at least d (ShedLock's lockAtLeastFor).
+// another instance's next tick: that tick is skipped, logged at Info the
+// first time and then at most once a minute per job, with the number of
+// skips not logged ("repeated"), however often the job fires (Wait(d)
+// waits for the running one instead). MinHold(d) keeps the lease for at
+// least d (ShedLock's lockAtLeastFor).
 //
 // # Choosing a TTL
 //

@@ -143,7 +143,8 @@ func TTL(d time.Duration) Option {
 }
 
 // Logger sets where the job reports what cron itself cannot: skipped ticks
-// at Info; a failed job, a recovered panic, a lost lease and a Redis error at
+// at Info (a tick skipped because the job still runs: once a minute at
+// most); a failed job, a recovered panic, a lost lease and a Redis error at
 // Error. Runs that succeed log nothing. Pass the
 // logger of your cron.Cron (cron.WithLogger) to see both in one place.
 // Default: a logger that discards everything. Must not be nil.
