@@ -22,14 +22,36 @@
 // # Busy keys
 //
 // By default a task whose key is held elsewhere fails with an error
-// matching ErrBusy, and asynq retries it. With IsFailure and RetryDelay in
-// asynq.Config, the retry comes within about a second (plus the
-// DelayedTaskCheckInterval) and does not count against MaxRetry nor as a
+// matching ErrBusy, and asynq retries it. The error also carries Redis's
+// answer about the holder: guard.HeldFor(err) is its remaining lease time.
+// With IsFailure and RetryDelay in asynq.Config, the retry comes after that
+// time, at most 4s, plus 0.5-1.5s of jitter (plus the
+// DelayedTaskCheckInterval), and does not count against MaxRetry nor as a
 // failure in the queue statistics; without them asynq retries on its own
 // back-off and counts each busy attempt. Either way no task is dropped
 // silently. Skip, Revoke and Archive drop, delete or archive the duplicate
-// instead; WaitFor waits for the key first. An asynq.ErrorHandler sees busy
-// errors too: filter them with errors.Is(err, asynqguard.ErrBusy).
+// instead; WaitFor waits for the key first, and starts the moment it is
+// released. An asynq.ErrorHandler sees busy errors too: filter them with
+// errors.Is(err, asynqguard.ErrBusy).
+//
+// Busy retries of one key are logged at Info once a minute, not at every
+// attempt (the line carries lock_key, held_for and "repeated", the attempts
+// not logged since); the middleware remembers the last 1024 busy keys for
+// this. Skip, Revoke and Archive log each task they drop, once.
+//
+// An acquisition that fails for any other reason (Redis unreachable, the
+// Locker closed, the task's context done) is not a busy key: the error is
+// returned as it is, asynq counts it as a failure and retries it on its own
+// back-off.
+//
+// # Choosing a TTL
+//
+// The lease TTL (TTL, or the Locker's guard.WithTTL, default 30s) is how
+// long a server that crashes mid-task keeps that task's key busy: its
+// duplicates and its own retry wait that long. A live handler renews its
+// lease, so a handler may run far longer than the TTL; the TTL only has to
+// outlast a pause of the process or a Redis hiccup. Shorter TTLs free a
+// crashed key sooner and cost more renewals: 10-30s suits most tasks.
 //
 // # Cancellation
 //
@@ -39,6 +61,13 @@
 // waiting for the handler: the lease is kept until the handler returns, so
 // the new copy finds the key busy. Close the Locker only after the handlers
 // have returned, or their keys are freed while they still run.
+//
+// # Wiring mistakes
+//
+// Middleware panics, with an error matching guard.ErrInvalid, on a nil
+// Locker or an invalid option, and the middleware it returns panics when
+// applied to a nil handler: a wiring mistake stops the server when it is
+// set up. New returns the error instead.
 //
 // # Done records
 //

@@ -25,7 +25,7 @@ func ExampleMiddleware() {
 
 	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: "localhost:6379"}, asynq.Config{
 		IsFailure:      asynqguard.IsFailure,  // a busy key spends no retry
-		RetryDelayFunc: asynqguard.RetryDelay, // and is retried within about a second
+		RetryDelayFunc: asynqguard.RetryDelay, // and is retried when the holder's lease would end, 5.5s at most
 	})
 	mux := asynq.NewServeMux()
 	mux.Use(asynqguard.Middleware(locker, asynqguard.DoneTTL(time.Hour)))

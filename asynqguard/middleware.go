@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -42,7 +43,7 @@ func New(l *guard.Locker, opts ...Option) (asynq.MiddlewareFunc, error) {
 			return nil, fmt.Errorf("asynqguard: %w", err)
 		}
 	}
-	m := &middleware{l: l, cfg: cfg}
+	m := &middleware{l: l, cfg: cfg, busy: newBusyLog(busyLogKeys)}
 	return m.wrap, nil
 }
 
@@ -54,7 +55,8 @@ func New(l *guard.Locker, opts ...Option) (asynq.MiddlewareFunc, error) {
 // Like regexp.MustCompile it panics, with an error matching
 // guard.ErrInvalid, when l is nil or an option is invalid: that is a
 // programming error, found when the server is set up rather than by
-// failing every task. Use New to get the error instead.
+// failing every task. Use New to get the error instead. The middleware it
+// returns panics when applied to a nil handler.
 func Middleware(l *guard.Locker, opts ...Option) asynq.MiddlewareFunc {
 	mw, err := New(l, opts...)
 	if err != nil {
@@ -64,11 +66,17 @@ func Middleware(l *guard.Locker, opts ...Option) asynq.MiddlewareFunc {
 }
 
 type middleware struct {
-	l   *guard.Locker
-	cfg config
+	l    *guard.Locker
+	cfg  config
+	busy *busyLog
 }
 
+// wrap panics on a nil handler: that is a wiring mistake, found when the
+// middleware is applied rather than by failing every task.
 func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
+	if next == nil || isNilPointer(next) {
+		panic(invalid("nil asynq.Handler"))
+	}
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		return m.process(ctx, t, next)
 	})
@@ -112,7 +120,7 @@ func (m *middleware) process(ctx context.Context, t *asynq.Task, next asynq.Hand
 		}
 		return err
 	}
-	return m.notRun(ctx, err, attrs)
+	return m.notRun(ctx, key, err, attrs)
 }
 
 // deadlineMargin is how long before the task's deadline a wait for a busy
@@ -167,7 +175,7 @@ func (m *middleware) run(ctx context.Context, t *asynq.Task, key, id string, nex
 
 // notRun turns the error of an acquisition that failed into the task's
 // result.
-func (m *middleware) notRun(ctx context.Context, err error, attrs []slog.Attr) error {
+func (m *middleware) notRun(ctx context.Context, key string, err error, attrs []slog.Attr) error {
 	switch {
 	case errors.Is(err, guard.ErrInvalid):
 		// A bad key or TTL: retrying cannot help; archive the task.
@@ -187,7 +195,18 @@ func (m *middleware) notRun(ctx context.Context, err error, attrs []slog.Attr) e
 		m.log(ctx, slog.LevelInfo, "asynqguard: archived duplicate: key busy", attrs)
 		return fmt.Errorf("%w: %w", busy, asynq.SkipRetry)
 	default:
-		m.log(ctx, slog.LevelInfo, "asynqguard: key busy; retry later", attrs)
+		// Retried again and again while the key stays busy: logged once
+		// per busyLogEvery per key, not at every attempt.
+		if log, repeated := m.busy.report(key, time.Now()); log {
+			args := []any{"lock_key", key}
+			if held, ok := guard.HeldFor(err); ok {
+				args = append(args, "held_for", held)
+			}
+			if repeated > 0 {
+				args = append(args, "repeated", repeated)
+			}
+			m.log(ctx, slog.LevelInfo, "asynqguard: key busy; retry later", attrs, args...)
+		}
 		return busy
 	}
 }
@@ -200,4 +219,15 @@ func (m *middleware) log(ctx context.Context, level slog.Level, msg string, attr
 	r.AddAttrs(attrs...)
 	r.Add(args...)
 	_ = m.cfg.logger.Handler().Handle(ctx, r)
+}
+
+// isNilPointer reports whether v is an interface holding a nil pointer or
+// func, such as a nil asynq.HandlerFunc.
+func isNilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }

@@ -114,8 +114,9 @@ func DoneTTL(d time.Duration) Option {
 // Must be positive.
 func TTL(d time.Duration) Option { return func(c *config) { c.ttl, c.ttlSet = d, true } }
 
-// Logger sets the logger: contention and skipped duplicates at Info, a
-// lost lease at Warn (guard's own logger reports the loss at Error).
+// Logger sets the logger: contention (once a minute per busy key) and
+// skipped duplicates at Info, a lost lease at Warn (guard's own logger
+// reports the loss at Error).
 // Default: a logger that discards everything.
 // Must not be nil.
 func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }

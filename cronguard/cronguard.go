@@ -12,22 +12,53 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
+// Add schedules fn on c by spec, guarded as Func guards it: it runs on one
+// instance of the fleet per tick and never overlaps a run of name
+// elsewhere (see the package doc). It is the way to write the schedule
+// once: the spec is parsed once (by the Parser option, default five fields,
+// six with seconds, or a descriptor such as @every 5m), and the same
+// schedule both drives c (cron.Cron.Schedule) and names the ticks, read in
+// c's location (cron.WithLocation) as c reads the spec. Every instance must
+// use the same name for the job; it is the lock key.
+//
+// Add returns an error matching guard.ErrInvalid, and schedules nothing,
+// when an argument or option is invalid (the spec's parse error matches
+// too). Spec and Schedule must not be given to Add.
+func Add(c *cron.Cron, l *guard.Locker, name, spec string, fn func(context.Context) error, opts ...Option) (cron.EntryID, error) {
+	if c == nil {
+		return 0, invalid("nil *cron.Cron", nil)
+	}
+	opts = append([]Option{func(cfg *config) { cfg.addSpec, cfg.loc = &spec, c.Location() }}, opts...)
+	g, err := newGuarded(l, name, opts)
+	if err == nil && fn == nil {
+		err = invalid("nil func", nil)
+	}
+	if err != nil {
+		return 0, err
+	}
+	g.fn = fn
+	return c.Schedule(g.cfg.schedule, g), nil
+}
+
 // Job returns a cron.Job that runs job on one instance of the fleet per
 // tick, never overlapping a run of name elsewhere (see the package doc).
 // Every instance must use the same name for the job; it is the lock key.
 // A plain cron.Job cannot see the run's context (name, tick, fencing
-// token, cancellation on lease loss or shutdown): use Func for that.
+// token, cancellation on lease loss or shutdown): use Func or Add for that.
 //
-// Job does not fail: with an invalid configuration (see Validate), the
-// returned Job never runs job and logs the error at Error through the
-// Logger on every tick.
+// Job needs a Spec (or Schedule) unless NoDedupe is given; Add needs none.
+// It panics, with an error matching guard.ErrInvalid, when an argument or
+// option is invalid (see Validate): a wiring mistake fails when the job is
+// made, not by a job that never runs.
 func Job(l *guard.Locker, name string, job cron.Job, opts ...Option) cron.Job {
-	g := newGuarded(l, name, opts)
-	if job == nil || isNilPointer(job) {
-		g.addErr(invalid("nil cron.Job", nil))
-	} else {
-		g.fn = func(context.Context) error { job.Run(); return nil }
+	g, err := newGuarded(l, name, opts)
+	if err == nil && (job == nil || isNilPointer(job)) {
+		err = invalid("nil cron.Job", nil)
 	}
+	if err != nil {
+		panic(err)
+	}
+	g.fn = func(context.Context) error { job.Run(); return nil }
 	return g
 }
 
@@ -41,58 +72,65 @@ func Job(l *guard.Locker, name string, job cron.Job, opts ...Option) cron.Job {
 // BaseContext is (shutdown); fn should return soon after. An error fn
 // returns is logged at Error through the Logger.
 //
-// Func does not fail: with an invalid configuration (see Validate), the
-// returned Job never runs fn and logs the error at Error through the Logger
-// on every tick.
+// Func needs a Spec (or Schedule) unless NoDedupe is given; Add, which
+// takes the spec once, is the safer way to schedule it. Func panics, with
+// an error matching guard.ErrInvalid, when an argument or option is
+// invalid (see Validate).
 func Func(l *guard.Locker, name string, fn func(context.Context) error, opts ...Option) cron.Job {
-	g := newGuarded(l, name, opts)
-	if fn == nil {
-		g.addErr(invalid("nil func", nil))
-	} else {
-		g.fn = fn
+	g, err := newGuarded(l, name, opts)
+	if err == nil && fn == nil {
+		err = invalid("nil func", nil)
 	}
+	if err != nil {
+		panic(err)
+	}
+	g.fn = fn
 	return g
 }
 
 // Wrapper returns a cron.JobWrapper that guards a job as Job does, for use
 // in a cron.Chain. It names the job it wraps, so apply it per job
-// (cron.NewChain(cronguard.Wrapper(l, "report")).Then(job)), not to every
-// job of a Cron through cron.WithChain, or they would share one lock.
+// (cron.NewChain(cronguard.Wrapper(l, "report", cronguard.Spec(spec))).Then(job)),
+// not to every job of a Cron through cron.WithChain, or they would share
+// one lock. It panics as Job does: at once for an invalid option, and when
+// it wraps a nil job.
 func Wrapper(l *guard.Locker, name string, opts ...Option) cron.JobWrapper {
+	if err := Validate(l, name, opts...); err != nil {
+		panic(err)
+	}
 	return func(job cron.Job) cron.Job { return Job(l, name, job, opts...) }
 }
 
-// Validate returns the configuration error that Job, Func and Wrapper
-// would report with these arguments at every tick, or nil. Call it at
-// startup to fail there instead. The error matches guard.ErrInvalid and,
-// for a bad Spec, the parser's error. Job and Func also need a non-nil job.
+// Validate returns the error that Job, Func and Wrapper would panic with
+// for these arguments, or nil, to check a configuration without a panic.
+// The error matches guard.ErrInvalid and, for a bad Spec, the parser's
+// error. Job and Func also need a non-nil job.
 func Validate(l *guard.Locker, name string, opts ...Option) error {
 	c := newConfig(l, name, opts)
 	return c.err()
 }
 
-// guarded is the cron.Job that Job and Func return.
+// guarded is the cron.Job that Job, Func and Add make.
 type guarded struct {
 	l    *guard.Locker
 	name string
 	fn   func(context.Context) error
 	cfg  config
+	busy contention
 }
 
-func newGuarded(l *guard.Locker, name string, opts []Option) *guarded {
-	return &guarded{l: l, name: name, cfg: newConfig(l, name, opts)}
+func newGuarded(l *guard.Locker, name string, opts []Option) (*guarded, error) {
+	cfg := newConfig(l, name, opts)
+	if err := cfg.err(); err != nil {
+		return nil, err
+	}
+	return &guarded{l: l, name: name, cfg: cfg}, nil
 }
-
-func (g *guarded) addErr(err error) { g.cfg.errs = append(g.cfg.errs, err) }
 
 // Run claims the current tick, takes the job's lease and runs the job. It
 // is what cron calls at every activation.
 func (g *guarded) Run() {
 	c := &g.cfg
-	if err := c.err(); err != nil {
-		c.log.Error(err, "cronguard: job not run", "job", g.name)
-		return
-	}
 	now := c.now()
 	tick, claimTTL := c.tickOf(now)
 	label := tick.UTC().Format(time.RFC3339Nano)
@@ -140,11 +178,20 @@ func (g *guarded) Run() {
 	case !ran && base.Err() != nil:
 		c.log.Info("cronguard: skip", append(kv, "reason", "base context done")...)
 	case !ran && errors.Is(err, guard.ErrNotAcquired):
+		// Contention: logged once per contentionLogEvery, not at every tick.
+		log, repeated := g.busy.report(c.now())
+		if !log {
+			return
+		}
 		reason := "still running"
 		if c.wait > 0 {
 			reason = fmt.Sprintf("still running after waiting %v", c.wait)
 		}
-		c.log.Info("cronguard: skip", append(kv, "reason", reason)...)
+		kv = append(kv, "reason", reason)
+		if repeated > 0 {
+			kv = append(kv, "repeated", repeated)
+		}
+		c.log.Info("cronguard: skip", kv...)
 	case !ran:
 		c.log.Error(err, "cronguard: job not run: cannot take the lease", kv...)
 	case panicked != nil:

@@ -17,6 +17,9 @@ import (
 // noon is a fixed clock reading, so that direct Run calls share a tick.
 var noon = time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
 
+// everySecond is the Spec of jobs whose Run the tests call directly.
+var everySecond = cronguard.Spec("* * * * * *")
+
 // One tick runs once across instances, whichever constructor made the job;
 // NoDedupe lets every instance run it, one after the other.
 func TestOneRunPerTick(t *testing.T) {
@@ -39,7 +42,7 @@ func TestOneRunPerTick(t *testing.T) {
 			name := "once-" + strings.ReplaceAll(tt.name, " ", "-")
 			rec := &recLogger{}
 			var runs atomic.Int32
-			opts := append([]cronguard.Option{cronguard.Clock(fixedClock(noon)), cronguard.Logger(rec)}, tt.opts...)
+			opts := append([]cronguard.Option{everySecond, cronguard.Clock(fixedClock(noon)), cronguard.Logger(rec)}, tt.opts...)
 			for _, l := range lockers {
 				tt.make(l, name, func() { runs.Add(1) }, opts...).Run()
 			}
@@ -114,7 +117,7 @@ func TestLeaseLostCancelsJob(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			return errors.New("the lost lease went unnoticed")
 		}
-	}, cronguard.TTL(900*time.Millisecond), cronguard.Logger(rec))
+	}, everySecond, cronguard.TTL(900*time.Millisecond), cronguard.Logger(rec))
 	start := time.Now()
 	job.Run()
 	if !errors.Is(cause, guard.ErrLeaseLost) {
@@ -144,10 +147,10 @@ func TestPanicIsRecovered(t *testing.T) {
 		job  func(rec *recLogger) cron.Job
 	}{
 		{"Func", func(rec *recLogger) cron.Job {
-			return cronguard.Func(lockers[0], "panic-func", func(context.Context) error { panic(boom) }, cronguard.Logger(rec))
+			return cronguard.Func(lockers[0], "panic-func", func(context.Context) error { panic(boom) }, everySecond, cronguard.Logger(rec))
 		}},
 		{"Job", func(rec *recLogger) cron.Job {
-			return cronguard.Job(lockers[0], "panic-job", cron.FuncJob(func() { panic("boom") }), cronguard.Logger(rec))
+			return cronguard.Job(lockers[0], "panic-job", cron.FuncJob(func() { panic("boom") }), everySecond, cronguard.Logger(rec))
 		}},
 	}
 	for _, tt := range tests {
@@ -195,7 +198,7 @@ func TestBaseContext(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				return errors.New("shutdown went unnoticed")
 			}
-		}, cronguard.BaseContext(base), cronguard.Logger(rec))
+		}, everySecond, cronguard.BaseContext(base), cronguard.Logger(rec))
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -220,7 +223,7 @@ func TestBaseContext(t *testing.T) {
 		cronguard.Func(lockers[0], "shutdown-before", func(context.Context) error {
 			ran = true
 			return nil
-		}, cronguard.BaseContext(base), cronguard.Logger(rec)).Run()
+		}, everySecond, cronguard.BaseContext(base), cronguard.Logger(rec)).Run()
 		skips := rec.all("cronguard: skip")
 		if ran || len(skips) != 1 || skips[0].kv["reason"] != "base context done" {
 			t.Errorf("ran: %v; want a skip logged; log:\n%s", ran, rec)
@@ -264,7 +267,7 @@ func TestBusy(t *testing.T) {
 			cronguard.Func(lockers[0], name, func(context.Context) error {
 				ran, ranAt = true, time.Since(start)
 				return nil
-			}, cronguard.Wait(tt.wait), cronguard.Logger(rec)).Run()
+			}, everySecond, cronguard.Wait(tt.wait), cronguard.Logger(rec)).Run()
 			if ran != tt.ran {
 				t.Fatalf("ran = %v, want %v; log:\n%s", ran, tt.ran, rec)
 			}
@@ -280,13 +283,51 @@ func TestBusy(t *testing.T) {
 	}
 }
 
+// Contention is logged once per interval per job, not at every tick: the
+// next line after the interval says how many skips it stands for.
+func TestStillRunningLoggedOncePerInterval(t *testing.T) {
+	t.Parallel()
+	_, lockers := newFleet(t, 2)
+	const name = "busy-log"
+	held, err := lockers[1].Acquire(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+
+	var now atomic.Int64
+	now.Store(noon.UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()).UTC() }
+	rec := &recLogger{}
+	ran := false
+	job := cronguard.Func(lockers[0], name, func(context.Context) error { ran = true; return nil },
+		cronguard.Spec("* * * * * *"), cronguard.Clock(clock), cronguard.Logger(rec))
+	for range 5 {
+		job.Run()
+		now.Add(int64(time.Second))
+	}
+	if ran {
+		t.Fatal("ran while the lease was held elsewhere")
+	}
+	skips := rec.all("cronguard: skip")
+	if len(skips) != 1 || skips[0].kv["reason"] != "still running" {
+		t.Fatalf("5 busy ticks in 5s: want one skip logged; log:\n%s", rec)
+	}
+	now.Add(int64(time.Minute))
+	job.Run()
+	skips = rec.all("cronguard: skip")
+	if len(skips) != 2 || skips[1].kv["reason"] != "still running" || skips[1].kv["repeated"] != 4 {
+		t.Fatalf("a busy tick a minute later: want a second skip with repeated=4; log:\n%s", rec)
+	}
+}
+
 // MinHold keeps the lease after a fast job returns.
 func TestMinHold(t *testing.T) {
 	t.Parallel()
 	_, lockers := newFleet(t, 2)
 	const hold = 800 * time.Millisecond
 	start := time.Now()
-	cronguard.Func(lockers[0], "min-hold", func(context.Context) error { return nil }, cronguard.MinHold(hold)).Run()
+	cronguard.Func(lockers[0], "min-hold", func(context.Context) error { return nil }, everySecond, cronguard.MinHold(hold)).Run()
 	if _, err := lockers[1].Acquire(t.Context(), "min-hold", guard.Wait(0)); !errors.Is(err, guard.ErrNotAcquired) {
 		t.Fatalf("Acquire right after a run with MinHold: %v, want guard.ErrNotAcquired", err)
 	}
@@ -307,7 +348,7 @@ func TestErrorsAreLogged(t *testing.T) {
 
 	rec := &recLogger{}
 	nope := errors.New("nope")
-	cronguard.Func(lockers[0], "fails", func(context.Context) error { return nope }, cronguard.Logger(rec)).Run()
+	cronguard.Func(lockers[0], "fails", func(context.Context) error { return nope }, everySecond, cronguard.Logger(rec)).Run()
 	if e := rec.all("cronguard: job failed"); len(e) != 1 || !errors.Is(e[0].err, nope) {
 		t.Errorf("want the job's error logged; log:\n%s", rec)
 	}
@@ -316,24 +357,19 @@ func TestErrorsAreLogged(t *testing.T) {
 	_ = closed.Close()
 	rec = &recLogger{}
 	ran := false
-	cronguard.Func(closed, "closed", func(context.Context) error { ran = true; return nil }, cronguard.Logger(rec)).Run()
+	cronguard.Func(closed, "closed", func(context.Context) error { ran = true; return nil }, everySecond, cronguard.Logger(rec)).Run()
 	if e := rec.all("cronguard: skip"); ran || len(e) != 1 || e[0].kv["reason"] != "locker closed" {
 		t.Errorf("ran: %v; want a skip for the closed Locker at Info; log:\n%s", ran, rec)
 	}
 
-	rec = &recLogger{}
-	cronguard.Func(lockers[0], "tiny-ttl", func(context.Context) error { ran = true; return nil },
-		cronguard.TTL(time.Nanosecond), cronguard.Logger(rec)).Run()
-	if e := rec.all("cronguard: job not run"); ran || len(e) != 1 || !errors.Is(e[0].err, guard.ErrInvalid) {
-		t.Errorf("ran: %v; want guard's rejection of the TTL logged; log:\n%s", ran, rec)
-	}
-	if err := cronguard.Validate(lockers[0], "tiny-ttl", cronguard.TTL(time.Nanosecond)); !errors.Is(err, guard.ErrInvalid) {
+	// A TTL the Locker cannot schedule is a wiring mistake (TestInvalidConfiguration).
+	if err := cronguard.Validate(lockers[0], "tiny-ttl", everySecond, cronguard.TTL(time.Nanosecond)); !errors.Is(err, guard.ErrInvalid) {
 		t.Errorf("Validate with a TTL the Locker cannot schedule: %v, want guard.ErrInvalid", err)
 	}
 }
 
-// An invalid configuration never runs the job: Validate returns the error,
-// and the job logs it at Error on every tick.
+// An invalid configuration fails when the job is made: Validate returns
+// the error, and Func, Job and Wrapper panic with it.
 func TestInvalidConfiguration(t *testing.T) {
 	t.Parallel()
 	_, lockers := newFleet(t, 1)
@@ -349,60 +385,57 @@ func TestInvalidConfiguration(t *testing.T) {
 		{"empty name", l, "", nil, "empty job name"},
 		{"name with a brace", l, "a}b", nil, `job name "a}b": must not contain '}'`},
 		{"nil option", l, "j", []cronguard.Option{nil}, "nil Option"},
+		{"no spec", l, "j", nil, "no Spec: a job cannot see the schedule"},
 		{"bad spec", l, "j", []cronguard.Option{cronguard.Spec("every day")}, `Spec("every day"): expected 5 to 6 fields`},
 		{"bad descriptor", l, "j", []cronguard.Option{cronguard.Spec("@every soon")}, `Spec("@every soon"): failed to parse duration`},
+		{"spec the Parser rejects", l, "j", []cronguard.Option{cronguard.Parser(cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow)),
+			cronguard.Spec("@daily")}, `Spec("@daily")`},
+		{"nil parser", l, "j", []cronguard.Option{cronguard.Parser(nil), everySecond}, "Parser(nil)"},
 		{"nil schedule", l, "j", []cronguard.Option{cronguard.Schedule(nil)}, "Schedule(nil)"},
 		{"zero every", l, "j", []cronguard.Option{cronguard.Schedule(cron.ConstantDelaySchedule{})}, "Schedule(every 0s): the delay must be positive"},
-		{"negative wait", l, "j", []cronguard.Option{cronguard.Wait(-time.Second)}, "Wait(-1s): must be >= 0"},
-		{"negative min hold", l, "j", []cronguard.Option{cronguard.MinHold(-time.Second)}, "MinHold(-1s): must be >= 0"},
-		{"zero TTL", l, "j", []cronguard.Option{cronguard.TTL(0)}, "TTL(0s): must be positive"},
+		{"Spec and Schedule", l, "j", []cronguard.Option{everySecond, cronguard.Schedule(cron.Every(time.Minute))}, "both Spec and Schedule"},
+		{"negative wait", l, "j", []cronguard.Option{everySecond, cronguard.Wait(-time.Second)}, "Wait(-1s): must be >= 0"},
+		{"negative min hold", l, "j", []cronguard.Option{everySecond, cronguard.MinHold(-time.Second)}, "MinHold(-1s): must be >= 0"},
+		{"zero TTL", l, "j", []cronguard.Option{everySecond, cronguard.TTL(0)}, "TTL(0s): must be positive"},
+		{"TTL the Locker cannot schedule", l, "j", []cronguard.Option{everySecond, cronguard.TTL(time.Nanosecond)}, ""},
 		//lint:ignore SA1012 the case checks that a nil context is rejected
-		{"nil base context", l, "j", []cronguard.Option{cronguard.BaseContext(nil)}, "BaseContext(nil)"},
-		{"nil logger", l, "j", []cronguard.Option{cronguard.Logger(nil)}, "Logger(nil)"},
-		{"first error wins", l, "j", []cronguard.Option{cronguard.Wait(-1), cronguard.TTL(-1)}, "Wait(-1ns)"},
+		{"nil base context", l, "j", []cronguard.Option{everySecond, cronguard.BaseContext(nil)}, "BaseContext(nil)"},
+		{"nil logger", l, "j", []cronguard.Option{everySecond, cronguard.Logger(nil)}, "Logger(nil)"},
+		{"first error wins", l, "j", []cronguard.Option{everySecond, cronguard.Wait(-1), cronguard.TTL(-1)}, "Wait(-1ns)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := cronguard.Validate(tt.locker, tt.job, tt.opts...)
-			if !errors.Is(err, guard.ErrInvalid) || !strings.Contains(err.Error(), "cronguard: invalid configuration: "+tt.want) {
-				t.Errorf("Validate = %v, want guard.ErrInvalid with %q", err, tt.want)
+			if !errors.Is(err, guard.ErrInvalid) || !strings.HasPrefix(err.Error(), "cronguard: ") ||
+				!strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate = %v, want guard.ErrInvalid with %q", err, tt.want)
 			}
-			rec := &recLogger{}
 			ran := false
-			job := cronguard.Func(tt.locker, tt.job, func(context.Context) error { ran = true; return nil },
-				append([]cronguard.Option{cronguard.Logger(rec)}, tt.opts...)...)
-			job.Run()
-			job.Run()
+			fn := func(context.Context) error { ran = true; return nil }
+			for what, make := range map[string]func(){
+				"Func":    func() { cronguard.Func(tt.locker, tt.job, fn, tt.opts...) },
+				"Job":     func() { cronguard.Job(tt.locker, tt.job, cron.FuncJob(func() {}), tt.opts...) },
+				"Wrapper": func() { cronguard.Wrapper(tt.locker, tt.job, tt.opts...) },
+			} {
+				if p := mustPanic(t, make); p == nil || p.Error() != err.Error() {
+					t.Errorf("%s panicked with %v, want Validate's error", what, p)
+				}
+			}
 			if ran {
 				t.Error("the job ran")
-			}
-			logged := rec.all("cronguard: job not run")
-			if tt.name == "nil logger" {
-				return // nowhere to log: Validate is the way to find out
-			}
-			if len(logged) != 2 || logged[0].err.Error() != err.Error() {
-				t.Errorf("want the error logged on each run; log:\n%s", rec)
 			}
 		})
 	}
 
-	t.Run("nil job", func(t *testing.T) {
-		rec := &recLogger{}
-		cronguard.Job(l, "j", nil, cronguard.Logger(rec)).Run()
-		cronguard.Func(l, "j", nil, cronguard.Logger(rec)).Run()
-		cronguard.Wrapper(l, "j", cronguard.Logger(rec))(nil).Run()
-		logged := rec.all("cronguard: job not run")
-		if len(logged) != 3 || !errors.Is(logged[0].err, guard.ErrInvalid) {
-			t.Errorf("want each nil job's error logged; log:\n%s", rec)
-		}
-	})
-
 	t.Run("valid", func(t *testing.T) {
-		for _, spec := range []string{"* * * * *", "*/5 * * * * *", "@every 5m", "@daily", "CRON_TZ=Europe/Berlin 0 3 * * *"} {
-			if err := cronguard.Validate(l, "j", cronguard.Spec(spec), cronguard.Wait(0), cronguard.MinHold(0),
-				cronguard.TTL(time.Second), cronguard.NoDedupe(), cronguard.Logger(cron.DiscardLogger),
-				cronguard.BaseContext(t.Context()), cronguard.Schedule(cron.Every(time.Minute))); err != nil {
-				t.Errorf("Validate with Spec(%q): %v", spec, err)
+		for _, opt := range []cronguard.Option{cronguard.Spec("* * * * *"), cronguard.Spec("*/5 * * * * *"),
+			cronguard.Spec("@every 5m"), cronguard.Spec("@daily"), cronguard.Spec("CRON_TZ=Europe/Berlin 0 3 * * *"),
+			cronguard.Schedule(cron.Every(time.Minute)), cronguard.NoDedupe()} {
+			if err := cronguard.Validate(l, "j", opt, cronguard.Wait(0), cronguard.MinHold(0),
+				cronguard.TTL(time.Second), cronguard.Logger(cron.DiscardLogger),
+				cronguard.BaseContext(t.Context()), cronguard.Parser(cron.NewParser(cron.SecondOptional|cron.Minute|
+					cron.Hour|cron.Dom|cron.Month|cron.Dow|cron.Descriptor))); err != nil {
+				t.Errorf("Validate: %v", err)
 			}
 		}
 	})

@@ -68,10 +68,12 @@ func Example() {
 	// instance-3 skips: tick already claimed
 }
 
-// The usual setup: the Spec is the one cron schedules by, the Logger is
-// cron's, and the base context ends on shutdown, which cancels running jobs'
-// contexts; cron's Stop then waits for them.
-func ExampleFunc() {
+// The usual setup: Add schedules the job on the Cron and tells the job
+// its schedule, from one spec; the Logger is cron's, and the base context
+// ends on shutdown, which cancels running jobs' contexts; cron's Stop then
+// waits for them. A wiring mistake (a typo in the spec, a bad option) is
+// Add's error, at startup.
+func ExampleAdd() {
 	client, stop := exampleClient()
 	defer stop()
 	locker, err := guard.New(client)
@@ -84,20 +86,38 @@ func ExampleFunc() {
 
 	logger := cron.VerbosePrintfLogger(log.New(os.Stderr, "cron: ", log.LstdFlags))
 	c := cron.New(cron.WithLogger(logger))
-	const spec = "@every 5m"
-	opts := []cronguard.Option{cronguard.Spec(spec), cronguard.Logger(logger), cronguard.BaseContext(ctx)}
-	if err := cronguard.Validate(locker, "sync-invoices", opts...); err != nil {
-		log.Fatal(err) // a typo in an option is found at startup
-	}
-	_, err = c.AddJob(spec, cronguard.Func(locker, "sync-invoices", func(ctx context.Context) error {
+	_, err = cronguard.Add(c, locker, "sync-invoices", "@every 5m", func(ctx context.Context) error {
 		return nil // sync, and stop when ctx is done
-	}, opts...))
+	}, cronguard.Logger(logger), cronguard.BaseContext(ctx))
 	if err != nil {
 		log.Fatal(err)
 	}
 	c.Start()
 	<-ctx.Done()
 	<-c.Stop().Done()
+}
+
+// Func guards a job for cron's own AddJob; it needs the same spec as a
+// Spec, since a job cannot see its schedule. It panics on a wiring mistake.
+func ExampleFunc() {
+	client, stop := exampleClient()
+	defer stop()
+	locker, err := guard.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	c := cron.New()
+	const spec = "0 3 * * *"
+	_, err = c.AddJob(spec, cronguard.Func(locker, "nightly-cleanup", func(ctx context.Context) error {
+		return nil
+	}, cronguard.Spec(spec)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	c.Start()
+	defer func() { <-c.Stop().Done() }()
 }
 
 // Wrapper guards a plain cron.Job in a cron.Chain. It recovers and logs

@@ -2,6 +2,7 @@ package cronguard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,12 +12,18 @@ import (
 )
 
 // Option configures a guarded job. Options are validated when the job is
-// made; see Validate for what happens to an invalid one.
+// made: Add returns the error; Job, Func and Wrapper panic with it.
 type Option func(*config)
 
 // config is a guarded job's configuration.
 type config struct {
-	schedule cron.Schedule // nil: ticks are whole seconds
+	schedule cron.Schedule  // nil only with NoDedupe: ticks are whole seconds
+	loc      *time.Location // nil: the clock's; set by Add to the Cron's
+	spec     string         // from Spec, parsed once every option is applied
+	specSet  bool
+	schedSet bool    // Schedule was given
+	addSpec  *string // the spec Add was given
+	parser   cron.ScheduleParser
 	dedupe   bool
 	wait     time.Duration
 	minHold  time.Duration
@@ -35,32 +42,45 @@ var specParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour |
 	cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // Spec tells the job its schedule: give it the spec you pass to
-// cron.AddJob or cron.AddFunc. It accepts five fields (cron.New), six with
-// seconds first (cron.WithSeconds), and descriptors (@hourly, @every 5m),
-// with an optional CRON_TZ= prefix. A spec without a zone is read in the
-// local time zone, as cron reads it by default; if your Cron runs in another
-// (cron.WithLocation), prefix the spec with CRON_TZ=.
+// cron.AddJob or cron.AddFunc. Add does this for you and is the safer way:
+// the spec is written once. A spec is read by the Parser, by default five
+// fields (cron.New), six with seconds first (cron.WithSeconds), and
+// descriptors (@hourly, @every 5m), with an optional CRON_TZ= prefix. A spec
+// without a zone is read in the local time zone, as cron reads it by
+// default; if your Cron runs in another (cron.WithLocation), prefix the spec
+// with CRON_TZ=, or use Add, which reads it in the Cron's.
 //
-// With a Spec, a run's tick is the schedule's latest activation at or before
-// the time the run starts, and for @every d it is the d-long bucket, counted
-// from the Unix epoch, that holds that time. Without a Spec, the tick is the
-// start time truncated to the second (cron fires on whole seconds), which is
-// right for every spec but @every. Default: no Spec. An @every schedule needs
-// one: instances start it at different moments, so only epoch-aligned
-// buckets give them the same tick.
+// A run's tick is the schedule's latest activation at or before the time
+// the run starts, and for @every d it is the d-long bucket, counted from
+// the Unix epoch, that holds that time: instances start an @every schedule
+// at different moments, so only epoch-aligned buckets give them the same
+// tick.
+//
+// Job, Func and Wrapper need a Spec or a Schedule (unless NoDedupe): a job
+// cannot see the schedule cron runs it on, and without it could not tell
+// an @every schedule from one that fires on whole seconds. Add takes the
+// spec as an argument instead; it must not be given a Spec or Schedule.
 func Spec(spec string) Option {
+	return func(c *config) { c.spec, c.specSet = spec, true }
+}
+
+// Parser sets the parser Spec and Add read specs with: pass the one your
+// cron.Cron was made with (cron.WithParser), since a Cron does not tell it.
+// Default: cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour |
+// cron.Dom | cron.Month | cron.Dow | cron.Descriptor), which reads what
+// cron.New() and cron.New(cron.WithSeconds()) read. Must not be nil.
+func Parser(p cron.ScheduleParser) Option {
 	return func(c *config) {
-		s, err := specParser.Parse(spec)
-		if err != nil {
-			c.errs = append(c.errs, invalid(fmt.Sprintf("Spec(%q)", spec), err))
+		if p == nil || isNilPointer(p) {
+			c.errs = append(c.errs, invalid("Parser(nil)", nil))
 			return
 		}
-		c.schedule = s
+		c.parser = p
 	}
 }
 
-// Schedule is Spec for a schedule you parsed yourself, for a cron.Cron
-// with a parser of its own (cron.WithParser). Its activations must not
+// Schedule is Spec for a schedule you parsed yourself and pass to
+// cron.Cron.Schedule. Its activations must not
 // depend on when it is asked (any cron.SpecSchedule does not); a
 // cron.ConstantDelaySchedule is taken as @every. Must not be nil.
 func Schedule(s cron.Schedule) Option {
@@ -73,7 +93,7 @@ func Schedule(s cron.Schedule) Option {
 			c.errs = append(c.errs, invalid(fmt.Sprintf("Schedule(every %v)", d), fmt.Errorf("the delay must be positive")))
 			return
 		}
-		c.schedule = s
+		c.schedule, c.schedSet = s, true
 	}
 }
 
@@ -81,7 +101,8 @@ func Schedule(s cron.Schedule) Option {
 // the job free and runs it, as with a plain lock (gocron, ShedLock without
 // lockAtLeastFor), so a short job runs once per instance per tick. Runs
 // still never overlap. Use it with MinHold, or for jobs that must not
-// overlap but may repeat. Default: dedupe on.
+// overlap but may repeat. It needs no Spec; without one, the Tick a run's
+// context reports is the second it started in. Default: dedupe on.
 func NoDedupe() Option { return func(c *config) { c.dedupe = false } }
 
 // Wait makes a run whose tick finds the job still running elsewhere (or
@@ -122,8 +143,9 @@ func TTL(d time.Duration) Option {
 }
 
 // Logger sets where the job reports what cron itself cannot: skipped ticks
-// at Info; a failed job, a recovered panic, a lost lease, a Redis error and
-// an invalid configuration at Error. Runs that succeed log nothing. Pass the
+// at Info (a tick skipped because the job still runs: once a minute at
+// most); a failed job, a recovered panic, a lost lease and a Redis error at
+// Error. Runs that succeed log nothing. Pass the
 // logger of your cron.Cron (cron.WithLogger) to see both in one place.
 // Default: a logger that discards everything. Must not be nil.
 func Logger(l cron.Logger) Option {
@@ -151,7 +173,7 @@ func BaseContext(ctx context.Context) Option {
 }
 
 func newConfig(l *guard.Locker, name string, opts []Option) config {
-	c := config{dedupe: true, log: discard{}, base: context.Background(), now: time.Now}
+	c := config{dedupe: true, log: discard{}, base: context.Background(), now: time.Now, parser: specParser}
 	switch {
 	case l == nil:
 		c.errs = append(c.errs, invalid("nil *guard.Locker", nil))
@@ -167,6 +189,7 @@ func newConfig(l *guard.Locker, name string, opts []Option) config {
 		}
 		o(&c)
 	}
+	c.parseSchedule()
 	if l != nil && c.ttl > 0 {
 		// A TTL too short for the Locker's renewal schedule fails here, not at every tick.
 		if err := l.ValidateLockOptions(guard.TTL(c.ttl)); err != nil {
@@ -175,6 +198,38 @@ func newConfig(l *guard.Locker, name string, opts []Option) config {
 	}
 	return c
 }
+
+// parseSchedule reads the spec given to Add or Spec with the Parser, and
+// requires a schedule when ticks are deduped.
+func (c *config) parseSchedule() {
+	spec, what := c.spec, fmt.Sprintf("Spec(%q)", c.spec)
+	switch {
+	case c.addSpec != nil && (c.specSet || c.schedSet):
+		c.errs = append(c.errs, invalid("Spec or Schedule given to Add", errors.New("the spec argument of Add is the schedule")))
+		return
+	case c.addSpec != nil:
+		spec, what = *c.addSpec, fmt.Sprintf("spec %q", *c.addSpec)
+	case c.specSet && c.schedSet:
+		c.errs = append(c.errs, invalid("both Spec and Schedule", nil))
+		return
+	case !c.specSet:
+		if c.schedule == nil && c.dedupe {
+			c.errs = append(c.errs, invalid("no Spec", errNoSchedule))
+		}
+		return
+	}
+	s, err := c.parser.Parse(spec)
+	if err != nil {
+		c.errs = append(c.errs, invalid(what, err))
+		return
+	}
+	c.schedule = s
+}
+
+// errNoSchedule explains why Job, Func and Wrapper need a Spec.
+var errNoSchedule = errors.New("a job cannot see the schedule cron runs it on, so it cannot name a tick " +
+	"the same on every instance (an @every schedule fires at a different moment on each); " +
+	"use cronguard.Add, or pass cronguard.Spec with the spec you give cron, or NoDedupe")
 
 // err returns the first configuration error, or nil.
 func (c *config) err() error {

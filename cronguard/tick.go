@@ -9,8 +9,8 @@ import (
 
 const (
 	// unknownPeriodClaim is how long a tick's claim is kept when the
-	// schedule is unknown (no Spec): long enough for any NTP-synced fleet,
-	// and tick labels are unique per second anyway.
+	// schedule gives no period (it never fires again): long enough for any
+	// NTP-synced fleet, and tick labels are unique per second anyway.
 	unknownPeriodClaim = time.Minute
 	// minClaim is the shortest a tick's claim is kept.
 	minClaim = 2 * time.Second
@@ -32,6 +32,9 @@ const (
 // or before now, which stays right for a run that starts up to a period
 // late.
 func (c *config) tickOf(now time.Time) (tick time.Time, claim time.Duration) {
+	if c.loc != nil {
+		now = now.In(c.loc) // as the Cron reads its specs
+	}
 	if c.schedule == nil {
 		return now.Truncate(time.Second), unknownPeriodClaim
 	}

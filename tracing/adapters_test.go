@@ -34,7 +34,7 @@ func TestAdapterAttributes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cronguard.Func(r.locker, "nightly-report", func(context.Context) error { return nil }).Run()
+	cronguard.Func(r.locker, "nightly-report", func(context.Context) error { return nil }, cronguard.Spec("@daily")).Run()
 
 	want := map[string]string{
 		"http.route":        "POST /orders",

@@ -110,7 +110,7 @@ func startServer(name string, rdbOpts *redis.Options, redisOpt asynq.RedisClient
 		Concurrency: 2,
 		Queues:      map[string]int{queue: 1},
 		// The two lines asynqguard asks for: a busy key is no failure and
-		// is retried within about a second.
+		// is retried when the holder's lease would end, 5.5s at most.
 		IsFailure:      asynqguard.IsFailure,
 		RetryDelayFunc: asynqguard.RetryDelay,
 		// Asynq moves due retries every 5s by default; faster for the story.

@@ -1,0 +1,68 @@
+package asynqguard_test
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobguard/jobguard/asynqguard"
+	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/internal/redistest"
+)
+
+// A key that stays busy is logged once per interval, not at every attempt;
+// another key gets its own line.
+func TestBusyLoggedOncePerKey(t *testing.T) {
+	srv := redistest.Start(t)
+	a := asynq.NewTask("email:welcome", []byte("a"))
+	b := asynq.NewTask("email:welcome", []byte("b"))
+	hold(t, srv, keyOf(a.Type(), a.Payload()))
+	hold(t, srv, keyOf(b.Type(), b.Payload()))
+	log, buf := newLogger()
+	mw := asynqguard.Middleware(newLocker(t, srv), asynqguard.Logger(log))
+	var runs atomic.Int64
+	for range 5 {
+		for _, task := range []*asynq.Task{a, b} {
+			if err := mw(counting(&runs, nil)).ProcessTask(t.Context(), task); !errors.Is(err, asynqguard.ErrBusy) {
+				t.Fatalf("err = %v, want ErrBusy", err)
+			}
+		}
+	}
+	if n := len(buf.lines("level=INFO", "key busy; retry later")); n != 2 {
+		t.Fatalf("5 busy attempts on each of 2 keys: %d lines, want 2:\n%s", n, buf)
+	}
+	for _, task := range []*asynq.Task{a, b} {
+		if n := len(buf.lines("level=INFO", "key busy; retry later", "lock_key="+keyOf(task.Type(), task.Payload()))); n != 1 {
+			t.Errorf("5 busy attempts: %d lines for key %q, want 1:\n%s", n, task.Payload(), buf)
+		}
+	}
+}
+
+// Wiring the middleware around a nil handler fails at once.
+func TestNilHandlerPanics(t *testing.T) {
+	srv := redistest.Start(t)
+	mw := asynqguard.Middleware(newLocker(t, srv))
+	defer func() {
+		if p, _ := recover().(error); !errors.Is(p, guard.ErrInvalid) {
+			t.Errorf("panicked with %v, want an error matching guard.ErrInvalid", p)
+		}
+	}()
+	mw(nil)
+}
+
+// Redis unreachable is an error that spends a retry, never a busy key.
+func TestRedisDownIsNotBusy(t *testing.T) {
+	srv := redistest.Start(t)
+	l := newLocker(t, srv)
+	srv.Kill(t)
+	for _, opts := range [][]asynqguard.Option{nil, {asynqguard.WaitFor(300 * time.Millisecond)}} {
+		var runs atomic.Int64
+		err := asynqguard.Middleware(l, opts...)(counting(&runs, nil)).ProcessTask(t.Context(), asynq.NewTask("t", nil))
+		if err == nil || errors.Is(err, asynqguard.ErrBusy) || errors.Is(err, guard.ErrNotAcquired) ||
+			!asynqguard.IsFailure(err) || runs.Load() != 0 {
+			t.Errorf("Redis down: err = %v, runs = %d; want a failure that is not busy", err, runs.Load())
+		}
+	}
+}
