@@ -103,7 +103,9 @@ func rebuild(ctx context.Context, p *exampleenv.Printer, fleet []*instance) {
 	defer shutdown()
 	crons := make([]*cron.Cron, len(fleet))
 	for i, in := range fleet {
-		crons[i] = start(spec, cronguard.Func(in.locker, "rebuild", func(ctx context.Context) error {
+		// Add writes the schedule once, for the Cron and for the tick.
+		c := cron.New(cron.WithSeconds())
+		_, err := cronguard.Add(c, in.locker, "rebuild", spec, func(ctx context.Context) error {
 			tick, _ := cronguard.Tick(ctx)
 			token, _ := guard.TokenFrom(ctx, "rebuild")
 			p.Say(in.name, "rebuild %s started (fencing token %d)", clock(tick), token)
@@ -115,7 +117,12 @@ func rebuild(ctx context.Context, p *exampleenv.Printer, fleet []*instance) {
 				p.Say(in.name, "rebuild %s told to stop: %v", clock(tick), context.Cause(ctx))
 				return ctx.Err()
 			}
-		}, cronguard.Spec(spec), cronguard.Logger(storyLogger{p, in.name}), cronguard.BaseContext(base)))
+		}, cronguard.Logger(storyLogger{p, in.name}), cronguard.BaseContext(base))
+		if err != nil {
+			panic(err) // the spec and options above are constants
+		}
+		c.Start()
+		crons[i] = c
 	}
 	time.Sleep(4200 * time.Millisecond)
 	p.Say("fleet", "shutting down")
