@@ -16,6 +16,9 @@ import (
 // beside the lock of the same key (same Cluster slot) and never blocks it.
 // The ttl must be positive; it is counted on the server.
 func (l *Locker) Claim(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
+	if ctx == nil {
+		return false, fmt.Errorf("%w: nil context", ErrInvalid)
+	}
 	if err := l.checkClaim(key); err != nil {
 		return false, err
 	}
@@ -32,6 +35,9 @@ func (l *Locker) Claim(ctx context.Context, key string, value []byte, ttl time.D
 // Claimed returns the value that Claim stored under key, and whether one is
 // stored (it may have expired).
 func (l *Locker) Claimed(ctx context.Context, key string) ([]byte, bool, error) {
+	if ctx == nil {
+		return nil, false, fmt.Errorf("%w: nil context", ErrInvalid)
+	}
 	if err := l.checkClaim(key); err != nil {
 		return nil, false, err
 	}

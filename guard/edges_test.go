@@ -89,8 +89,10 @@ func TestCloseLeavesUnfinishedJobToExpire(t *testing.T) {
 	b := newLocker(t, srv.Addr())
 	started, finish := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
+	var jobCtx context.Context
 	go func() {
 		done <- a.WithLock(context.Background(), "close-stuck", func(ctx context.Context) error {
+			jobCtx = ctx
 			close(started)
 			<-finish // ignores its context
 			return nil
@@ -106,6 +108,10 @@ func TestCloseLeavesUnfinishedJobToExpire(t *testing.T) {
 	}
 	if _, err := b.Acquire(t.Context(), "close-stuck", guard.Wait(0)); !errors.Is(err, guard.ErrNotAcquired) {
 		t.Fatalf("Acquire right after Close = %v, want ErrNotAcquired: the running job's key must stay held", err)
+	}
+	// The job, told to stop by Close, can still see that its lease is gone.
+	if cause := context.Cause(jobCtx); !errors.Is(cause, guard.ErrLeaseLost) || !errors.Is(cause, guard.ErrClosed) {
+		t.Fatalf("job's cause after Close gave up = %v, want ErrLeaseLost and ErrClosed", cause)
 	}
 	close(finish)
 	if err := <-done; !errors.Is(err, guard.ErrLeaseLost) || !errors.Is(err, guard.ErrClosed) {
@@ -306,5 +312,36 @@ func TestNilContext(t *testing.T) {
 	//lint:ignore SA1012 a nil context is what this test checks
 	if _, err := ls[0].Acquire(nil, "nil-ctx"); !errors.Is(err, guard.ErrInvalid) { //nolint:staticcheck
 		t.Fatalf("Acquire(nil ctx) = %v, want ErrInvalid", err)
+	}
+	//lint:ignore SA1012 a nil context is what this test checks
+	if _, err := ls[0].Claim(nil, "nil-ctx", nil, time.Second); !errors.Is(err, guard.ErrInvalid) { //nolint:staticcheck
+		t.Fatalf("Claim(nil ctx) = %v, want ErrInvalid", err)
+	}
+	//lint:ignore SA1012 a nil context is what this test checks
+	if _, ok := guard.TokenFrom(nil, "nil-ctx"); ok { //nolint:staticcheck
+		t.Fatal("TokenFrom(nil ctx) found a token")
+	}
+	le := mustAcquire(t, t.Context(), ls[0], "nil-ctx")
+	//lint:ignore SA1012 a nil context is what this test checks
+	if err := le.Release(nil); !errors.Is(err, guard.ErrInvalid) { //nolint:staticcheck
+		t.Fatalf("Release(nil ctx) = %v, want ErrInvalid", err)
+	}
+	mustRelease(t, le) // the lease is still releasable
+}
+
+// A fencing counter that this package did not write is refused rather than
+// turned into a wrong token.
+func TestOddFencingCounterRefused(t *testing.T) {
+	srv, ls := newLockers(t, 1)
+	admin := srv.Client(t)
+	for _, v := range []string{"inf", "nan", "1e300", "0x10", " 12", "9007199254740993"} {
+		admin.Set(t.Context(), "guard:{odd}:fence", v, 0)
+		le, err := ls[0].Acquire(t.Context(), "odd", guard.Wait(0))
+		if err == nil {
+			mustRelease(t, le)
+			t.Errorf("counter %q: token %d, want ErrWrongType", v, le.Token())
+		} else if !errors.Is(err, guard.ErrWrongType) {
+			t.Errorf("counter %q: %v, want ErrWrongType", v, err)
+		}
 	}
 }

@@ -92,6 +92,9 @@ func (le *Lease) Context() context.Context { return le.ctx }
 // values and is bounded by the request timeout. If it cannot reach Redis,
 // the lease is still over and the key expires within its TTL.
 func (le *Lease) Release(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalid)
+	}
 	err := fmt.Errorf("%w: lease on %q already released", ErrNotHeld, le.h.key)
 	le.once.Do(func() {
 		err = le.h.l.release(context.WithoutCancel(ctx), le)
@@ -129,6 +132,9 @@ func holdIn(ctx context.Context, l *Locker, key string) *hold {
 // The token stays readable after the hold ends; a resource that checks
 // tokens rejects a stale one.
 func TokenFrom(ctx context.Context, key string) (int64, bool) {
+	if ctx == nil {
+		return 0, false
+	}
 	if h := holdIn(ctx, nil, key); h != nil {
 		return h.token, true
 	}

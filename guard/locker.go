@@ -120,9 +120,8 @@ func (l *Locker) Close() error {
 			l.drained = nil
 		}
 		l.mu.Unlock()
-		stop := fmt.Errorf("%w: shutting down; release the lease", ErrClosed)
 		for _, h := range holds {
-			h.cancel(stop)
+			h.cancel(closingCause{h})
 		}
 		timer := time.NewTimer(l.cfg.closeTimeout)
 		select {
@@ -137,6 +136,24 @@ func (l *Locker) Close() error {
 	})
 	return nil
 }
+
+// closingCause is the cause of a lease context that Close canceled while
+// the lease was still held. A context's cause cannot change, so a loss that
+// comes later (Close gave up waiting, a renewal failed) shows through this
+// one: it then matches ErrLeaseLost too, and says why.
+type closingCause struct{ h *hold }
+
+func (c closingCause) Error() string {
+	if lost := c.h.lossCause(); lost != nil {
+		return "guard: locker closed, then " + lost.Error()
+	}
+	return "guard: locker closed: shutting down; release the lease"
+}
+
+func (c closingCause) Is(target error) bool { return target == ErrClosed }
+
+// Unwrap returns the loss that came after Close canceled the context, if any.
+func (c closingCause) Unwrap() error { return c.h.lossCause() }
 
 // heldLocked returns the holds not yet released or lost; l.mu is held.
 func (l *Locker) heldLocked() []*hold {
@@ -233,10 +250,14 @@ func (l *Locker) run(ctx context.Context, key string, write bool, fn func(contex
 		info.Token, info.Reentrant, info.TTL = le.h.token, le.reentrant, le.h.timing.ttl
 		info.Renewals = l.hb.renewals(le.h)
 		info.Result = "released"
-		if cause := le.h.lossCause(); cause != nil {
+		switch cause := le.h.lossCause(); {
+		case relErr == nil:
+			// The release applied while the hold was still ours, even if
+			// Close gave up on it meanwhile: no other owner got in.
+		case cause != nil:
 			info.Result = "lost"
 			err = errors.Join(err, cause)
-		} else if relErr != nil {
+		default:
 			err = errors.Join(err, relErr)
 		}
 		info.Err = err
@@ -698,7 +719,7 @@ func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 	defer cancel()
 	if h.over.Load() {
 		var state string
-		if final && !l.isClosed() { // the key may still be ours on the server; free it for the next owner
+		if final { // the key may still be ours on the server; free it for the next owner
 			res, err := l.update(ctx, h, 0, 0, "release")
 			switch {
 			case err != nil:

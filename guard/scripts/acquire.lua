@@ -36,8 +36,10 @@ end
 local last = redis.pcall('GET', KEYS[2])
 if type(last) == 'table' and last.err then
   return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter (' .. last.err .. ')')
-elseif last and not tonumber(last) then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter (holds a string)')
+elseif last and not (string.match(last, '^%d+$') and tonumber(last) < 2^53) then
+  -- Not a counter this script wrote: "inf", "1e300" or a number beyond what
+  -- a double holds exactly would make the next token wrong.
+  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter (holds ' .. string.sub(last, 1, 32) .. ')')
 end
 local token = int(math.max((tonumber(last) or 0) + 1, now_us))
 if fencettl == 0 then

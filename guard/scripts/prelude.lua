@@ -21,9 +21,10 @@ local function now_ms()
 end
 
 -- int formats a number as Redis expects an integer: Lua would print a
--- token in µs (16 digits) as 1.7e+15.
+-- token in µs (16 digits) as 1.7e+15, and '%d' casts to a C long, which is
+-- 32 bits on some builds.
 local function int(n)
-  return string.format('%d', n)
+  return string.format('%.0f', n)
 end
 
 local function drop_owner(key, o)
