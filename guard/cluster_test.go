@@ -2,6 +2,7 @@ package guard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -182,3 +183,50 @@ func waitNoPubSubClients(t *testing.T, node *redis.Client, within time.Duration)
 	}
 }
 
+// A master that hangs for longer than the TTL costs only the leases on it:
+// a lease on a healthy master keeps being renewed and its job runs on.
+func TestClusterHungMasterLosesOnlyItsLeases(t *testing.T) {
+	const ttl = 2 * time.Second // renew every 667ms, each try bounded by 200ms
+	c := redistest.StartCluster(t)
+	l, _ := newClusterLocker(t, c, guard.WithTTL(ttl))
+	healthyName, hungName := keysOnMasters(t, c)
+	healthy := c.MasterOf(t, lockKey(healthyName))
+	hung := c.MasterOf(t, lockKey(hungName))
+	// Acquired together, the two leases are due together, so their
+	// renewals are sent in the same round.
+	healthyLease := mustAcquire(t, t.Context(), l, healthyName)
+	hungLease := mustAcquire(t, t.Context(), l, hungName)
+
+	hung.Pause(t)
+	resumed := false
+	defer func() {
+		if !resumed {
+			hung.Resume(t)
+		}
+	}()
+	select {
+	case <-hungLease.Context().Done():
+	case <-time.After(ttl + time.Second):
+		t.Fatalf("lease on the paused master still live %v after the pause", ttl+time.Second)
+	}
+	time.Sleep(ttl / 2) // the healthy lease gets past its own stop deadline too
+
+	if cause := context.Cause(hungLease.Context()); !errors.Is(cause, guard.ErrLeaseLost) {
+		t.Errorf("lease on the paused master ended with %v, want ErrLeaseLost", cause)
+	}
+	if err := healthyLease.Context().Err(); err != nil {
+		t.Fatalf("lease on the healthy master %s ended while %s was paused: %v",
+			healthy.Addr(), hung.Addr(), context.Cause(healthyLease.Context()))
+	}
+	pttl, err := healthy.Client(t).PTTL(t.Context(), lockKey(healthyName)).Result()
+	if err != nil || pttl <= 0 {
+		t.Fatalf("PTTL %s on the healthy master = %v, %v; want the hold still there", lockKey(healthyName), pttl, err)
+	}
+
+	hung.Resume(t)
+	resumed = true
+	mustRelease(t, healthyLease)
+	if err := hungLease.Release(t.Context()); !errors.Is(err, guard.ErrNotHeld) {
+		t.Errorf("Release of the lost lease: %v, want ErrNotHeld", err)
+	}
+}
