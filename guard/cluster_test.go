@@ -188,7 +188,8 @@ func waitNoPubSubClients(t *testing.T, node *redis.Client, within time.Duration)
 func TestClusterHungMasterLosesOnlyItsLeases(t *testing.T) {
 	const ttl = 2 * time.Second // renew every 667ms, each try bounded by 200ms
 	c := redistest.StartCluster(t)
-	l, _ := newClusterLocker(t, c, guard.WithTTL(ttl))
+	rec := newRecorder()
+	l, _ := newClusterLocker(t, c, guard.WithTTL(ttl), guard.WithObserver(rec))
 	healthyName, hungName := keysOnMasters(t, c)
 	healthy := c.MasterOf(t, lockKey(healthyName))
 	hung := c.MasterOf(t, lockKey(hungName))
@@ -215,6 +216,13 @@ func TestClusterHungMasterLosesOnlyItsLeases(t *testing.T) {
 		t.Errorf("lease on the paused master ended with %v, want ErrLeaseLost", cause)
 	}
 	if err := healthyLease.Context().Err(); err != nil {
+		rec.mu.Lock()
+		for _, e := range rec.events[guard.EventRenewFailed] {
+			if e.Key == healthyName {
+				t.Logf("renewal of %s failed: %v", e.Key, e.Err)
+			}
+		}
+		rec.mu.Unlock()
 		t.Fatalf("lease on the healthy master %s ended while %s was paused: %v",
 			healthy.Addr(), hung.Addr(), context.Cause(healthyLease.Context()))
 	}

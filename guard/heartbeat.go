@@ -402,7 +402,7 @@ func (l *Locker) renewPipeline(ctx context.Context, batch []*hold) ([]renewResul
 			out[i].err = redisError(batch[i].key, out[i].err)
 		}
 		if noScript && attempt == 0 {
-			if err := l.scripts.renew.Load(ctx, l.client).Err(); err != nil {
+			if err := l.scripts.renew.Load(ctx, l.renewLoader(ctx, batch[0])).Err(); err != nil {
 				return nil, err
 			}
 			continue
@@ -422,6 +422,19 @@ func (l *Locker) renewPipeline(ctx context.Context, batch []*hold) ([]renewResul
 		}
 		return out, nil
 	}
+}
+
+// renewLoader returns the client to load the renewal script through for a
+// batch of one node that h is in: on Cluster that node's master alone, since
+// ClusterClient.ScriptLoad waits for every master and a hung one would fail
+// the renewals of the healthy ones.
+func (l *Locker) renewLoader(ctx context.Context, h *hold) redis.Scripter {
+	if cc, ok := l.client.(*redis.ClusterClient); ok {
+		if node, err := cc.MasterForKey(ctx, h.keys.lock); err == nil {
+			return node
+		}
+	}
+	return l.client
 }
 
 // holdQueue is a min-heap of holds by due time.
