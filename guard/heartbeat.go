@@ -3,36 +3,53 @@ package guard
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
-// heartbeat renews every hold of a Locker with two goroutines, however many
-// holds there are. The scheduler owns time: it batches holds that are due for
-// renewal and cancels those whose safe end has come. The worker sends each
-// batch as one pipeline. Keeping them apart means a renewal stuck on a dead
-// link never delays a stop deadline.
+// heartbeat renews every hold of a Locker with two long-lived goroutines,
+// however many holds there are, and a goroutine per renewal pipeline on the
+// wire. The scheduler owns time: it collects holds that are due for renewal
+// and cancels those whose safe end has come. The worker groups due holds by
+// the node that serves their key (one group outside Cluster) and sends each
+// group in pipelines of up to maxBatch, up to nodeBatches of them at once per
+// node, each with its own timeout and outcome. Keeping them apart means a
+// renewal stuck on a dead link never delays a stop deadline, and a hung node
+// costs only the leases that live on it. Logging and observer calls that
+// follow a renewal or a loss run off these goroutines (see report).
 type heartbeat struct {
 	l       *Locker
 	mu      sync.Mutex
 	queue   holdQueue
-	pending []*hold // batches for the worker
+	pending []*hold        // due holds for the worker
+	sending map[string]int // pipelines on the wire per node
 	poke    chan struct{}
 	work    chan struct{}
 	done    chan struct{}
 	wg      sync.WaitGroup
 }
 
-// maxBatch bounds one renewal pipeline.
-const maxBatch = 1000
+const (
+	// maxBatch bounds one renewal pipeline.
+	maxBatch = 1000
+	// nodeBatches bounds the renewal pipelines on the wire to one node:
+	// enough that a round of many leases is not sent one pipeline after
+	// another, few enough not to crowd out other clients of that node.
+	nodeBatches = 4
+)
 
 func newHeartbeat(l *Locker) *heartbeat {
 	hb := &heartbeat{
-		l:    l,
-		poke: make(chan struct{}, 1),
-		work: make(chan struct{}, 1),
-		done: make(chan struct{}),
+		l:       l,
+		sending: make(map[string]int),
+		poke:    make(chan struct{}, 1),
+		work:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
 	}
 	hb.wg.Add(2)
 	go hb.schedule()
@@ -134,9 +151,11 @@ func (hb *heartbeat) schedule() {
 		if len(batch) > 0 {
 			signal(hb.work)
 		}
-		for _, h := range lost {
-			hb.l.lose(h, fmt.Errorf("%w: %q: no renewal confirmed in time; the lease could expire at %s",
-				ErrLeaseLost, h.key, h.leaseEnd.Format(time.RFC3339Nano)))
+		if len(lost) > 0 {
+			hb.endAll(lost, func(h *hold) error {
+				return fmt.Errorf("%w: %q: no renewal confirmed in time; the lease could expire at %s",
+					ErrLeaseLost, h.key, h.leaseEnd.Format(time.RFC3339Nano))
+			})
 		}
 		timer.Reset(next)
 		select {
@@ -148,8 +167,41 @@ func (hb *heartbeat) schedule() {
 	}
 }
 
+// endAll cancels every hold in lost, then reports the losses: one job's
+// cancellation never waits on another's log line.
+func (hb *heartbeat) endAll(lost []*hold, cause func(*hold) error) {
+	ended := make([]*hold, 0, len(lost))
+	causes := make([]error, 0, len(lost))
+	for _, h := range lost {
+		c := cause(h)
+		if h.end(c) {
+			ended = append(ended, h)
+			causes = append(causes, c)
+		}
+	}
+	if len(ended) > 0 {
+		hb.report(func() {
+			for i, h := range ended {
+				hb.l.reportLost(h, causes[i])
+			}
+		})
+	}
+}
+
+// report runs f, which logs or notifies observers, on the Locker's runner,
+// so that a slow log handler or observer holds up no renewal and no stop
+// deadline. After Close has stopped the runner, f runs here.
+func (hb *heartbeat) report(f func()) {
+	if !hb.l.runner.run(f) {
+		f()
+	}
+}
+
+// renew is the worker: it queues due holds by node and starts a pipeline
+// for each node whenever that node has fewer than nodeBatches on the wire.
 func (hb *heartbeat) renew() {
 	defer hb.wg.Done()
+	queued := make(map[string][]*hold)
 	for {
 		select {
 		case <-hb.work:
@@ -160,17 +212,78 @@ func (hb *heartbeat) renew() {
 		pending := hb.pending
 		hb.pending = nil
 		hb.mu.Unlock()
-		for len(pending) > 0 {
-			n := min(len(pending), maxBatch)
-			hb.renewBatch(pending[:n])
-			pending = pending[n:]
+		for _, h := range pending {
+			node := hb.nodeOf(h)
+			queued[node] = append(queued[node], h)
+		}
+		for node, holds := range queued {
+			for len(holds) > 0 && hb.claim(node) {
+				n := min(len(holds), maxBatch)
+				batch := holds[:n:n]
+				holds = holds[n:]
+				hb.wg.Go(func() {
+					defer hb.unclaim(node)
+					hb.renewBatch(batch)
+				})
+			}
+			if len(holds) == 0 {
+				delete(queued, node)
+			} else {
+				queued[node] = holds
+			}
 		}
 	}
 }
 
-// renewBatch renews holds in one pipeline and applies the answers.
+// nodeOf names the node that serves h's key: its master's address on
+// Cluster, "" otherwise. A slot that moved is found again at the next
+// renewal; until then go-redis follows the redirection.
+func (hb *heartbeat) nodeOf(h *hold) string {
+	cc, ok := hb.l.client.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	// The cluster state is loaded by the acquisition before any renewal,
+	// so this is a lookup, not a request.
+	ctx, cancel := context.WithTimeout(context.Background(), h.timing.timeout)
+	defer cancel()
+	node, err := cc.MasterForKey(ctx, h.keys.lock)
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
+}
+
+// claim reserves a place for one more pipeline to node, if it has one.
+func (hb *heartbeat) claim(node string) bool {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	if hb.sending[node] >= nodeBatches {
+		return false
+	}
+	hb.sending[node]++
+	return true
+}
+
+// unclaim frees a place claim reserved and wakes the worker to fill it.
+func (hb *heartbeat) unclaim(node string) {
+	hb.mu.Lock()
+	if hb.sending[node]--; hb.sending[node] == 0 {
+		delete(hb.sending, node)
+	}
+	hb.mu.Unlock()
+	signal(hb.work)
+}
+
+// renewBatch renews holds in one pipeline and applies the answers. Holds
+// whose renewal failed are retried; holds that Redis says are gone, or whose
+// key is not a lock any more (WRONGTYPE), are lost at once.
 func (hb *heartbeat) renewBatch(batch []*hold) {
 	l := hb.l
+	batch = hb.scheduled(batch)
+	if len(batch) == 0 {
+		return
+	}
 	timeout := batch[0].timing.timeout
 	for _, h := range batch[1:] {
 		timeout = min(timeout, h.timing.timeout)
@@ -182,24 +295,65 @@ func (hb *heartbeat) renewBatch(batch []*hold) {
 	}, nil)
 	cancel()
 	rtt := time.Since(sent)
+	if err != nil {
+		results = make([]renewResult, len(batch))
+		for i := range results {
+			results[i].err = err
+		}
+	}
+	failed, lost, causes := hb.apply(batch, results, sent)
+	signal(hb.poke)
 
-	var lost []*hold
-	var causes []error
+	hb.endAll(lost, func(h *hold) error { return causes[h] })
+	hb.report(func() {
+		for _, f := range failed {
+			l.obs.Event(f.h.obsCtx, EventRenewFailed, Info{Key: f.h.key, Name: f.h.name, Token: f.h.token, Err: f.err})
+		}
+		l.obs.Event(context.Background(), EventRoundTrip, Info{Op: "renew", Duration: rtt, Err: err})
+		if err != nil {
+			l.log.Warn("guard: renewal failed; retrying", "leases", len(batch), "err", err)
+		}
+	})
+}
+
+// scheduled returns the holds of batch that are still scheduled: one
+// released or lost while it waited for its pipeline is not renewed.
+func (hb *heartbeat) scheduled(batch []*hold) []*hold {
 	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return slices.DeleteFunc(batch, func(h *hold) bool { return h.index < 0 })
+}
+
+// failedRenewal is a renewal to report to observers.
+type failedRenewal struct {
+	h   *hold
+	err error
+}
+
+// apply records the answers to a pipeline sent at sent: it moves the safe
+// end of renewed holds, schedules retries of failed ones and unschedules
+// the lost ones, which it returns with their causes for endAll.
+func (hb *heartbeat) apply(batch []*hold, results []renewResult, sent time.Time) ([]failedRenewal, []*hold, map[*hold]error) {
+	var failed []failedRenewal
+	var lost []*hold
+	var causes map[*hold]error
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
 	now := time.Now()
 	for i, h := range batch {
 		if h.index < 0 {
 			continue // released or lost meanwhile
 		}
 		h.inFlight = false
-		r := renewResult{err: err}
-		if err == nil {
-			r = results[i]
-		}
+		r := results[i]
+		var cause error
 		switch {
+		case errors.Is(r.err, ErrWrongType):
+			// Not a fault that a retry outlives: the key is not a lock now.
+			cause = fmt.Errorf("%w: %w", ErrLeaseLost, r.err)
 		case r.err != nil:
 			h.nextRenew = now.Add(h.timing.retryEvery())
-			l.obs.Event(h.obsCtx, EventRenewFailed, Info{Key: h.key, Name: h.name, Token: h.token, Err: r.err})
+			failed = append(failed, failedRenewal{h, r.err})
 		case r.res == resultOK:
 			if end := sent.Add(h.timing.ttl - h.timing.drift()); end.After(h.leaseEnd) {
 				h.leaseEnd = end
@@ -207,23 +361,20 @@ func (hb *heartbeat) renewBatch(batch []*hold) {
 			h.nextRenew = sent.Add(h.timing.interval)
 			h.renewals++
 		default:
-			heap.Remove(&hb.queue, h.index)
-			lost = append(lost, h)
-			causes = append(causes, lostCause(h.key, r.res))
+			cause = lostCause(h.key, r.res)
+		}
+		if cause == nil {
+			heap.Fix(&hb.queue, h.index)
 			continue
 		}
-		heap.Fix(&hb.queue, h.index)
+		heap.Remove(&hb.queue, h.index)
+		lost = append(lost, h)
+		if causes == nil {
+			causes = make(map[*hold]error)
+		}
+		causes[h] = cause
 	}
-	hb.mu.Unlock()
-	signal(hb.poke)
-
-	l.obs.Event(context.Background(), EventRoundTrip, Info{Op: "renew", Duration: rtt, Err: err})
-	if err != nil {
-		l.log.Warn("guard: renewal failed; retrying", "leases", len(batch), "err", err)
-	}
-	for i, h := range lost {
-		l.lose(h, causes[i])
-	}
+	return failed, lost, causes
 }
 
 type renewResult struct {
@@ -251,7 +402,7 @@ func (l *Locker) renewPipeline(ctx context.Context, batch []*hold) ([]renewResul
 			out[i].err = redisError(batch[i].key, out[i].err)
 		}
 		if noScript && attempt == 0 {
-			if err := l.scripts.renew.Load(ctx, l.client).Err(); err != nil {
+			if err := l.scripts.renew.Load(ctx, l.renewLoader(ctx, batch[0])).Err(); err != nil {
 				return nil, err
 			}
 			continue
@@ -271,6 +422,19 @@ func (l *Locker) renewPipeline(ctx context.Context, batch []*hold) ([]renewResul
 		}
 		return out, nil
 	}
+}
+
+// renewLoader returns the client to load the renewal script through for a
+// batch of one node that h is in: on Cluster that node's master alone, since
+// ClusterClient.ScriptLoad waits for every master and a hung one would fail
+// the renewals of the healthy ones.
+func (l *Locker) renewLoader(ctx context.Context, h *hold) redis.Scripter {
+	if cc, ok := l.client.(*redis.ClusterClient); ok {
+		if node, err := cc.MasterForKey(ctx, h.keys.lock); err == nil {
+			return node
+		}
+	}
+	return l.client
 }
 
 // holdQueue is a min-heap of holds by due time.

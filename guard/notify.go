@@ -11,8 +11,9 @@ import (
 )
 
 // notifier turns release messages into wake-ups for waiting acquisitions.
-// A Locker has one subscription connection (one per shard on Cluster, with
-// sharded pub/sub), shared by every waiter. Waiters on a channel queue in
+// A Locker has one subscription connection, shared by every waiter; on
+// Cluster it has one per hash slot that has waiters (sharded pub/sub), see
+// shardFor. Waiters on a channel queue in
 // order. A Locker with waiters registers in the lock's zset of waiting
 // Lockers (acquire.lua), and a release names one of them (update.lua): that
 // Locker wakes its first waiter, the others stay asleep, so a hand-off costs
@@ -23,13 +24,19 @@ type notifier struct {
 	l     *Locker
 	mu    sync.Mutex
 	chans map[string]*channelState
-	subMu sync.Mutex        // orders SUBSCRIBE/UNSUBSCRIBE of one channel
-	subs  map[string]*shard // "" outside Cluster; master address on Cluster
+	subMu sync.Mutex     // orders SUBSCRIBE/UNSUBSCRIBE of one channel; guards subs and shards' channels
+	subs  map[int]*shard // by hash slot on Cluster; one, under noSlot, outside it
 	wg    sync.WaitGroup
 }
 
+// noSlot keys the one subscription of a Locker outside Cluster.
+const noSlot = -1
+
+// shard is one subscription connection and the channels subscribed on it.
 type shard struct {
-	ps *redis.PubSub
+	ps       *redis.PubSub
+	slot     int
+	channels map[string]struct{}
 }
 
 type channelState struct {
@@ -95,7 +102,7 @@ type waiter struct {
 }
 
 func newNotifier(l *Locker) *notifier {
-	return &notifier{l: l, chans: make(map[string]*channelState), subs: make(map[string]*shard)}
+	return &notifier{l: l, chans: make(map[string]*channelState), subs: make(map[int]*shard)}
 }
 
 // join queues a waiter on channel and returns once the subscription is
@@ -141,6 +148,7 @@ func (n *notifier) subscribe(ctx context.Context, channel string, st *channelSta
 	if err != nil {
 		return err
 	}
+	sh.channels[channel] = struct{}{}
 	n.mu.Lock()
 	st.shard = sh
 	n.mu.Unlock()
@@ -159,16 +167,20 @@ func (n *notifier) subscribe(ctx context.Context, channel string, st *channelSta
 // shardFor returns the subscription connection for channel, creating it and
 // its reader on first use; subscribed reports that creating it subscribed
 // channel already. Called with subMu held.
+//
+// On Cluster there is one connection per hash slot with waiters, not one
+// per master: when a connection drops, go-redis resubscribes all its
+// channels in a single SSUBSCRIBE, which Redis rejects with CROSSSLOT
+// unless they share a slot, and the waiters would then hear nothing more.
+// A slot's connection also follows the slot to a new master on reconnect.
+// It is closed when its last channel's waiters leave (stopWaiting), so a
+// Locker keeps as many as it has slots waited on, no more.
 func (n *notifier) shardFor(ctx context.Context, channel string) (sh *shard, subscribed bool, err error) {
-	addr := ""
-	if cc, ok := n.l.client.(*redis.ClusterClient); ok {
-		master, err := cc.MasterForKey(ctx, channel)
-		if err != nil {
-			return nil, false, err
-		}
-		addr = master.Options().Addr
+	slot := noSlot
+	if n.l.cluster {
+		slot = hashSlot(channel)
 	}
-	if sh := n.subs[addr]; sh != nil {
+	if sh := n.subs[slot]; sh != nil {
 		return sh, false, nil
 	}
 	if n.l.isClosed() {
@@ -181,12 +193,35 @@ func (n *notifier) shardFor(ctx context.Context, channel string) (sh *shard, sub
 	} else {
 		ps = n.l.client.Subscribe(ctx)
 	}
-	sh = &shard{ps: ps}
-	n.subs[addr] = sh
+	sh = &shard{ps: ps, slot: slot, channels: make(map[string]struct{})}
+	n.subs[slot] = sh
 	msgs := ps.ChannelWithSubscriptions()
 	n.wg.Add(1)
 	go n.read(msgs)
 	return sh, n.l.cluster, nil
+}
+
+// hashSlot returns the Cluster hash slot of key: CRC16 (XMODEM) of its hash
+// tag, the part between the first '{' and the next '}' if not empty, or of
+// the whole key, modulo 16384.
+func hashSlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
 }
 
 // read dispatches one shard's messages until its PubSub is closed.
@@ -337,13 +372,27 @@ func (n *notifier) stopWaiting(st *channelState) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.l.cfg.requestTimeout)
 	defer cancel()
 	if st.shard != nil {
-		if n.l.cluster {
-			_ = st.shard.ps.SUnsubscribe(ctx, st.channel)
-		} else {
-			_ = st.shard.ps.Unsubscribe(ctx, st.channel)
-		}
+		n.unsubscribe(ctx, st.shard, st.channel)
 	}
 	_ = n.l.client.ZRem(ctx, st.keys.waiters, n.l.id).Err()
+}
+
+// unsubscribe drops channel from sh, closing sh instead when it is a
+// Cluster slot's connection and channel was its last. Called with subMu
+// held.
+func (n *notifier) unsubscribe(ctx context.Context, sh *shard, channel string) {
+	delete(sh.channels, channel)
+	switch {
+	case !n.l.cluster:
+		_ = sh.ps.Unsubscribe(ctx, channel)
+	case len(sh.channels) > 0:
+		_ = sh.ps.SUnsubscribe(ctx, channel)
+	case n.subs[sh.slot] == sh:
+		// Closing the connection ends the subscription on the server too,
+		// and the reader returns once go-redis closes its channel.
+		delete(n.subs, sh.slot)
+		_ = sh.ps.Close()
+	}
 }
 
 func (n *notifier) close() {

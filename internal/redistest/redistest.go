@@ -92,6 +92,13 @@ func RequireBinary(t testing.TB) string {
 // the server's log. The server is killed and reaped in t.Cleanup.
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
+	return start(t, nil, args)
+}
+
+// start is Start with perAttempt, if not nil, called before each attempt
+// for more arguments: ports of its own that a retry must pick afresh too.
+func start(t testing.TB, perAttempt func() ([]string, error), args []string) *Server {
+	t.Helper()
 	s := &Server{
 		bin:  RequireBinary(t),
 		dir:  t.TempDir(),
@@ -110,6 +117,13 @@ func Start(t testing.TB, args ...string) *Server {
 		port, err := freePort()
 		if err != nil {
 			t.Fatalf("redistest: %v", err)
+		}
+		if perAttempt != nil {
+			extra, err := perAttempt()
+			if err != nil {
+				t.Fatalf("redistest: %v", err)
+			}
+			s.args = append(append([]string(nil), args...), extra...)
 		}
 		err = s.startOn(port)
 		if err == nil {
