@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -172,11 +173,11 @@ func (l *Locker) abandon() {
 	l.mu.Unlock()
 	cause := fmt.Errorf("%w: %w: the lease was still held at the close timeout %v; no longer renewed, it expires in Redis",
 		ErrLeaseLost, ErrClosed, l.cfg.closeTimeout)
-	for _, h := range holds {
-		if h.end(cause) {
-			l.log.Error("guard: lease still held when Close timed out; left to expire", "key", h.key, "token", h.token)
-			l.reportLost(h, cause)
-		}
+	// Cancel every one before reporting any, so no job waits on a log handler.
+	ended := slices.DeleteFunc(holds, func(h *hold) bool { return !h.end(cause) })
+	for _, h := range ended {
+		l.log.Error("guard: lease still held when Close timed out; left to expire", "key", h.key, "token", h.token)
+		l.reportLost(h, cause)
 	}
 }
 
