@@ -14,6 +14,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/jobguard/jobguard/asynqguard"
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/guard/observe"
 	"github.com/jobguard/jobguard/internal/redistest"
 )
 
@@ -368,15 +369,15 @@ func TestObserver(t *testing.T) {
 // recorder is a guard.Observer that keeps the Info of every ended run.
 type recorder struct {
 	mu   sync.Mutex
-	runs []guard.Info
+	runs []observe.Info
 }
 
-func (r *recorder) Begin(ctx context.Context, _ guard.Phase, _ guard.Info) context.Context {
+func (r *recorder) Begin(ctx context.Context, _ observe.Phase, _ observe.Info) context.Context {
 	return ctx
 }
-func (r *recorder) Event(context.Context, guard.EventKind, guard.Info) {}
-func (r *recorder) End(_ context.Context, p guard.Phase, info guard.Info) {
-	if p == guard.PhaseRun {
+func (r *recorder) Event(context.Context, observe.Event, observe.Info) {}
+func (r *recorder) End(_ context.Context, p observe.Phase, info observe.Info) {
+	if p == observe.Run {
 		r.mu.Lock()
 		r.runs = append(r.runs, info)
 		r.mu.Unlock()

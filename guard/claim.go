@@ -2,11 +2,8 @@ package guard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Claim stores value under key for ttl unless a value is stored there
@@ -27,7 +24,7 @@ func (l *Locker) Claim(ctx context.Context, key string, value []byte, ttl time.D
 	}
 	k := l.claimKey(key)
 	stored, err := call(ctx, l, func(ctx context.Context) (bool, error) {
-		return l.client.SetNX(ctx, k, value, ttl).Result()
+		return l.store.claim(ctx, k, value, ttl)
 	}, nil)
 	return stored, redisError(k, err)
 }
@@ -42,23 +39,25 @@ func (l *Locker) Claimed(ctx context.Context, key string) ([]byte, bool, error) 
 		return nil, false, err
 	}
 	k := l.claimKey(key)
-	value, err := call(ctx, l, func(ctx context.Context) ([]byte, error) {
-		return l.client.Get(ctx, k).Bytes()
-	}, nil)
-	if errors.Is(err, redis.Nil) {
-		return nil, false, nil
+	type claimedValue struct {
+		value []byte
+		ok    bool
 	}
+	v, err := call(ctx, l, func(ctx context.Context) (claimedValue, error) {
+		value, ok, err := l.store.claimed(ctx, k)
+		return claimedValue{value, ok}, err
+	}, nil)
 	if err != nil {
 		return nil, false, redisError(k, err)
 	}
-	return value, true, nil
+	return v.value, v.ok, nil
 }
 
 func (l *Locker) checkClaim(key string) error {
 	if l.isClosed() {
 		return ErrClosed
 	}
-	return l.checkKey(key)
+	return checkKey(key)
 }
 
 func (l *Locker) claimKey(key string) string { return l.keysFor(key).lock + ":claim" }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/guard/observe"
 	"github.com/jobguard/jobguard/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -217,7 +218,7 @@ func TestClusterHungMasterLosesOnlyItsLeases(t *testing.T) {
 	}
 	if err := healthyLease.Context().Err(); err != nil {
 		rec.mu.Lock()
-		for _, e := range rec.events[guard.EventRenewFailed] {
+		for _, e := range rec.events[observe.RenewFailed] {
 			if e.Key == healthyName {
 				t.Logf("renewal of %s failed: %v", e.Key, e.Err)
 			}

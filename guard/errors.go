@@ -1,6 +1,11 @@
 package guard
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
 
 // Errors returned by this package. Match them with errors.Is; they are often
 // wrapped with the key and the detail.
@@ -46,3 +51,38 @@ var (
 	// a TTL or interval that does not fit, and so on.
 	ErrInvalid = errors.New("guard: invalid argument")
 )
+
+// heldError is the detail of an ErrNotAcquired: what Redis answered about
+// the key's holders at the last attempt.
+type heldError struct {
+	remaining time.Duration
+}
+
+func (e *heldError) Error() string {
+	return fmt.Sprintf("held for up to %v more unless renewed", e.remaining.Round(time.Millisecond))
+}
+
+// HeldFor reports how long Redis said the key stays held, at most, unless
+// its holders renew: the remaining time of the latest holder's lease, on the
+// server's clock, at the acquisition's last attempt. A live holder renews
+// and keeps the key longer; a crashed one frees it after this time. The
+// second result is false when err is not an ErrNotAcquired with that answer.
+// Adapters use it for Retry-After and for retry delays.
+func HeldFor(err error) (time.Duration, bool) {
+	var h *heldError
+	if errors.As(err, &h) {
+		return h.remaining, true
+	}
+	return 0, false
+}
+
+// redisError puts an error from a request about key in this package's terms.
+func redisError(key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if strings.HasPrefix(err.Error(), "WRONGTYPE") {
+		return fmt.Errorf("%w: lock %q: %s", ErrWrongType, key, strings.TrimPrefix(err.Error(), "WRONGTYPE "))
+	}
+	return fmt.Errorf("guard: lock %q: %w", key, err)
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/guard/observe"
 	"github.com/jobguard/jobguard/internal/childproc"
 	"github.com/jobguard/jobguard/internal/faultproxy"
 	"github.com/jobguard/jobguard/internal/redistest"
@@ -262,7 +263,7 @@ func TestRenewalRecoversFromShortPartition(t *testing.T) {
 		t.Fatalf("other Locker: err = %v, want ErrNotAcquired", err)
 	}
 	rec.mu.Lock()
-	failed := len(rec.events[guard.EventRenewFailed])
+	failed := len(rec.events[observe.RenewFailed])
 	rec.mu.Unlock()
 	if failed == 0 {
 		t.Fatal("no renewal failed during the cut: the test did not test anything")

@@ -3,13 +3,12 @@ package guard
 import (
 	"container/heap"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/jobguard/jobguard/guard/observe"
 )
 
 // heartbeat renews every hold of a Locker with two long-lived goroutines,
@@ -24,6 +23,7 @@ import (
 // follow a renewal or a loss run off these goroutines (see report).
 type heartbeat struct {
 	l       *Locker
+	clock   clock
 	mu      sync.Mutex
 	queue   holdQueue
 	pending []*hold        // due holds for the worker
@@ -35,7 +35,10 @@ type heartbeat struct {
 }
 
 const (
-	// maxBatch bounds one renewal pipeline.
+	// maxBatch bounds one renewal pipeline: large enough that 1000 leases
+	// acquired together cost one round trip, small enough that the
+	// pipeline's replies stay a few tens of kilobytes and one slow batch
+	// delays no more than that many renewals.
 	maxBatch = 1000
 	// nodeBatches bounds the renewal pipelines on the wire to one node:
 	// enough that a round of many leases is not sent one pipeline after
@@ -46,6 +49,7 @@ const (
 func newHeartbeat(l *Locker) *heartbeat {
 	hb := &heartbeat{
 		l:       l,
+		clock:   l.clock,
 		sending: make(map[string]int),
 		poke:    make(chan struct{}, 1),
 		work:    make(chan struct{}, 1),
@@ -99,67 +103,27 @@ func (hb *heartbeat) renewals(h *hold) int {
 	return h.renewals
 }
 
-// due is when the scheduler must next look at h: its next renewal or, when
-// a renewal is in flight or overdue, its safe end.
-func (h *hold) due() time.Time {
-	stop := h.stopAt()
-	if h.inFlight || stop.Before(h.nextRenew) {
-		return stop
-	}
-	return h.nextRenew
-}
-
-// renewable reports whether h may join a batch sent at now: its renewal is
-// at most a tenth of an interval away. The scheduler wakes at the end of the
-// first hold's window and takes every hold whose window has opened, so holds
-// acquired at about the same time share a pipeline.
-func (h *hold) renewable(now time.Time) bool {
-	return !h.inFlight && !h.nextRenew.Add(-h.timing.interval/10).After(now)
-}
-
 func (hb *heartbeat) schedule() {
 	defer hb.wg.Done()
-	timer := time.NewTimer(time.Hour)
+	timer := hb.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		var lost, batch []*hold
 		hb.mu.Lock()
-		now := time.Now()
-		for len(hb.queue) > 0 {
-			h := hb.queue[0]
-			if !now.Before(h.stopAt()) {
-				heap.Pop(&hb.queue)
-				lost = append(lost, h)
-				continue
-			}
-			if !h.renewable(now) {
-				break
-			}
-			h.inFlight = true
-			heap.Fix(&hb.queue, 0)
-			batch = append(batch, h)
-		}
-		if len(batch) > 0 {
-			hb.pending = append(hb.pending, batch...)
-		}
-		next := time.Hour
-		if len(hb.queue) > 0 {
-			next = hb.queue[0].due().Sub(now)
-		}
+		now := hb.clock.Now()
+		lost, batch := hb.queue.take(now)
+		hb.pending = append(hb.pending, batch...)
+		next := hb.queue.next(now)
 		hb.mu.Unlock()
 
 		if len(batch) > 0 {
 			signal(hb.work)
 		}
 		if len(lost) > 0 {
-			hb.endAll(lost, func(h *hold) error {
-				return fmt.Errorf("%w: %q: no renewal confirmed in time; the lease could expire at %s",
-					ErrLeaseLost, h.key, h.leaseEnd.Format(time.RFC3339Nano))
-			})
+			hb.endAll(lost, overdue)
 		}
 		timer.Reset(next)
 		select {
-		case <-timer.C:
+		case <-timer.C():
 		case <-hb.poke:
 		case <-hb.done:
 			return
@@ -182,7 +146,7 @@ func (hb *heartbeat) endAll(lost []*hold, cause func(*hold) error) {
 	if len(ended) > 0 {
 		hb.report(func() {
 			for i, h := range ended {
-				hb.l.reportLost(h, causes[i])
+				h.reportLost(causes[i])
 			}
 		})
 	}
@@ -213,7 +177,7 @@ func (hb *heartbeat) renew() {
 		hb.pending = nil
 		hb.mu.Unlock()
 		for _, h := range pending {
-			node := hb.nodeOf(h)
+			node := hb.renewalGroup(h)
 			queued[node] = append(queued[node], h)
 		}
 		for node, holds := range queued {
@@ -235,23 +199,12 @@ func (hb *heartbeat) renew() {
 	}
 }
 
-// nodeOf names the node that serves h's key: its master's address on
-// Cluster, "" otherwise. A slot that moved is found again at the next
-// renewal; until then go-redis follows the redirection.
-func (hb *heartbeat) nodeOf(h *hold) string {
-	cc, ok := hb.l.client.(*redis.ClusterClient)
-	if !ok {
-		return ""
-	}
-	// The cluster state is loaded by the acquisition before any renewal,
-	// so this is a lookup, not a request.
+// renewalGroup names the node that serves h's key: its master's address on
+// Cluster, "" otherwise.
+func (hb *heartbeat) renewalGroup(h *hold) string {
 	ctx, cancel := context.WithTimeout(context.Background(), h.timing.timeout)
 	defer cancel()
-	node, err := cc.MasterForKey(ctx, h.keys.lock)
-	if err != nil {
-		return ""
-	}
-	return node.Options().Addr
+	return hb.l.store.renewalGroup(ctx, h.keys.lock)
 }
 
 // claim reserves a place for one more pipeline to node, if it has one.
@@ -289,17 +242,24 @@ func (hb *heartbeat) renewBatch(batch []*hold) {
 		timeout = min(timeout, h.timing.timeout)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	sent := time.Now()
-	results, err := call(ctx, l, func(ctx context.Context) ([]renewResult, error) {
-		return l.renewPipeline(ctx, batch)
+	sent := hb.clock.Now()
+	// Not request: the round trip is reported off this goroutine, below.
+	results, err := call(ctx, l, func(ctx context.Context) ([]renewReply, error) {
+		return l.store.renew(ctx, renewArgsOf(batch))
 	}, nil)
 	cancel()
-	rtt := time.Since(sent)
+	rtt := hb.clock.Now().Sub(sent)
+	if err == nil && len(results) != len(batch) {
+		err = fmt.Errorf("guard: %d renewal replies for %d leases", len(results), len(batch))
+	}
 	if err != nil {
-		results = make([]renewResult, len(batch))
+		results = make([]renewReply, len(batch))
 		for i := range results {
 			results[i].err = err
 		}
+	}
+	for i, h := range batch {
+		results[i].err = redisError(h.key, results[i].err)
 	}
 	failed, lost, causes := hb.apply(batch, results, sent)
 	signal(hb.poke)
@@ -307,9 +267,9 @@ func (hb *heartbeat) renewBatch(batch []*hold) {
 	hb.endAll(lost, func(h *hold) error { return causes[h] })
 	hb.report(func() {
 		for _, f := range failed {
-			l.obs.Event(f.h.obsCtx, EventRenewFailed, Info{Key: f.h.key, Name: f.h.name, Token: f.h.token, Err: f.err})
+			l.obs.Event(f.h.obsCtx, observe.RenewFailed, observe.Info{Key: f.h.key, Name: f.h.name, Token: f.h.token, Err: f.err})
 		}
-		l.obs.Event(context.Background(), EventRoundTrip, Info{Op: "renew", Duration: rtt, Err: err})
+		l.obs.Event(context.Background(), observe.RoundTrip, observe.Info{Op: "renew", Duration: rtt, Err: err})
 		if err != nil {
 			l.log.Warn("guard: renewal failed; retrying", "leases", len(batch), "err", err)
 		}
@@ -333,108 +293,46 @@ type failedRenewal struct {
 // apply records the answers to a pipeline sent at sent: it moves the safe
 // end of renewed holds, schedules retries of failed ones and unschedules
 // the lost ones, which it returns with their causes for endAll.
-func (hb *heartbeat) apply(batch []*hold, results []renewResult, sent time.Time) ([]failedRenewal, []*hold, map[*hold]error) {
+func (hb *heartbeat) apply(batch []*hold, results []renewReply, sent time.Time) ([]failedRenewal, []*hold, map[*hold]error) {
 	var failed []failedRenewal
 	var lost []*hold
-	var causes map[*hold]error
+	causes := make(map[*hold]error)
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
-	now := time.Now()
+	now := hb.clock.Now()
 	for i, h := range batch {
 		if h.index < 0 {
 			continue // released or lost meanwhile
 		}
-		h.inFlight = false
-		r := results[i]
-		var cause error
+		cause := h.settle(results[i], sent, now)
 		switch {
-		case errors.Is(r.err, ErrWrongType):
-			// Not a fault that a retry outlives: the key is not a lock now.
-			cause = fmt.Errorf("%w: %w", ErrLeaseLost, r.err)
-		case r.err != nil:
-			h.nextRenew = now.Add(h.timing.retryEvery())
-			failed = append(failed, failedRenewal{h, r.err})
-		case r.res == resultOK:
-			if end := sent.Add(h.timing.ttl - h.timing.drift()); end.After(h.leaseEnd) {
-				h.leaseEnd = end
-			}
-			h.nextRenew = sent.Add(h.timing.interval)
-			h.renewals++
+		case cause != nil:
+			heap.Remove(&hb.queue, h.index)
+			lost = append(lost, h)
+			causes[h] = cause
+		case results[i].err != nil:
+			failed = append(failed, failedRenewal{h, results[i].err})
+			fallthrough
 		default:
-			cause = lostCause(h.key, r.res)
-		}
-		if cause == nil {
 			heap.Fix(&hb.queue, h.index)
-			continue
 		}
-		heap.Remove(&hb.queue, h.index)
-		lost = append(lost, h)
-		if causes == nil {
-			causes = make(map[*hold]error)
-		}
-		causes[h] = cause
 	}
 	return failed, lost, causes
 }
 
-type renewResult struct {
-	res int64
-	err error
+func renewArgsOf(batch []*hold) []renewArgs {
+	args := make([]renewArgs, len(batch))
+	for i, h := range batch {
+		args[i] = renewArgs{lock: h.keys.lock, owner: h.owner, ttl: h.timing.ttl}
+	}
+	return args
 }
 
-func (l *Locker) renewPipeline(ctx context.Context, batch []*hold) ([]renewResult, error) {
-	for attempt := 0; ; attempt++ {
-		pipe := l.client.Pipeline()
-		cmds := make([]interface{ Int64() (int64, error) }, len(batch))
-		for i, h := range batch {
-			cmds[i] = l.scripts.renew.EvalSha(ctx, pipe, []string{h.keys.lock}, h.owner, ms(h.timing.ttl))
-		}
-		var acked interface{ Int64() (int64, error) }
-		if l.cfg.replicas > 0 {
-			acked = pipe.Do(ctx, "WAIT", l.cfg.replicas, ms(l.cfg.replicaTimeout))
-		}
-		_, _ = pipe.Exec(ctx)
-		out := make([]renewResult, len(batch))
-		noScript := false
-		for i, c := range cmds {
-			out[i].res, out[i].err = c.Int64()
-			noScript = noScript || isNoScript(out[i].err)
-			out[i].err = redisError(batch[i].key, out[i].err)
-		}
-		if noScript && attempt == 0 {
-			if err := l.scripts.renew.Load(ctx, l.renewLoader(ctx, batch[0])).Err(); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if acked != nil {
-			n, err := acked.Int64()
-			if err == nil && n < int64(l.cfg.replicas) {
-				err = fmt.Errorf("guard: renewal acknowledged by %d of %d replicas", n, l.cfg.replicas)
-			}
-			if err != nil {
-				for i := range out {
-					if out[i].err == nil {
-						out[i].err = err
-					}
-				}
-			}
-		}
-		return out, nil
-	}
-}
-
-// renewLoader returns the client to load the renewal script through for a
-// batch of one node that h is in: on Cluster that node's master alone, since
-// ClusterClient.ScriptLoad waits for every master and a hung one would fail
-// the renewals of the healthy ones.
-func (l *Locker) renewLoader(ctx context.Context, h *hold) redis.Scripter {
-	if cc, ok := l.client.(*redis.ClusterClient); ok {
-		if node, err := cc.MasterForKey(ctx, h.keys.lock); err == nil {
-			return node
-		}
-	}
-	return l.client
+// overdue is the cause of a hold whose stop time came before a renewal
+// confirmed it.
+func overdue(h *hold) error {
+	return fmt.Errorf("%w: %q: no renewal confirmed in time; the lease could expire at %s",
+		ErrLeaseLost, h.key, h.leaseEnd.Format(time.RFC3339Nano))
 }
 
 // holdQueue is a min-heap of holds by due time.
@@ -458,4 +356,32 @@ func (q *holdQueue) Pop() any {
 	h.index = -1
 	*q = old[:len(old)-1]
 	return h
+}
+
+// take removes from the queue the holds whose stop time has come (lost),
+// and marks in flight those whose renewal window has opened (due).
+func (q *holdQueue) take(now time.Time) (lost, due []*hold) {
+	for len(*q) > 0 {
+		h := (*q)[0]
+		if !now.Before(h.stopAt()) {
+			heap.Pop(q)
+			lost = append(lost, h)
+			continue
+		}
+		if !h.renewable(now) {
+			break
+		}
+		h.inFlight = true
+		heap.Fix(q, 0)
+		due = append(due, h)
+	}
+	return lost, due
+}
+
+// next is how long the scheduler may sleep after take at now.
+func (q holdQueue) next(now time.Time) time.Duration {
+	if len(q) == 0 {
+		return time.Hour
+	}
+	return q[0].due().Sub(now)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/guard/observe"
 	"github.com/jobguard/jobguard/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -26,12 +27,12 @@ func (h slowHandler) WithGroup(string) slog.Handler                { return h }
 // slowObserver takes delay over every renewal failure and loss it is told of.
 type slowObserver struct{ delay time.Duration }
 
-func (slowObserver) Begin(ctx context.Context, _ guard.Phase, _ guard.Info) context.Context {
+func (slowObserver) Begin(ctx context.Context, _ observe.Phase, _ observe.Info) context.Context {
 	return ctx
 }
-func (slowObserver) End(context.Context, guard.Phase, guard.Info) {}
-func (o slowObserver) Event(_ context.Context, k guard.EventKind, _ guard.Info) {
-	if k == guard.EventRenewFailed || k == guard.EventLeaseLost {
+func (slowObserver) End(context.Context, observe.Phase, observe.Info) {}
+func (o slowObserver) Event(_ context.Context, k observe.Event, _ observe.Info) {
+	if k == observe.RenewFailed || k == observe.LeaseLost {
 		time.Sleep(o.delay)
 	}
 }

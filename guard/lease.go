@@ -2,55 +2,9 @@ package guard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
-	"time"
 )
-
-// hold is one owner's hold on a key: a fresh acquisition and every re-entry
-// made through its context share it. It ends when its last lease is
-// released or when it is lost.
-type hold struct {
-	l      *Locker
-	key    string
-	name   string // for observers: the Name option, or the key
-	keys   keys
-	owner  string // unguessable owner id, 128 random bits
-	token  int64
-	timing timing
-	ctx    context.Context // done when the hold ends; carries the hold
-	cancel context.CancelCauseFunc
-	obsCtx context.Context // the observer's context for heartbeat events
-	start  time.Time
-
-	mu     sync.Mutex            // serializes count updates and their requests
-	writes int                   // write leases held
-	reads  int                   // read leases held
-	over   atomic.Bool           // released or lost: see end
-	cause  atomic.Pointer[error] // why it ended, set by end
-
-	// Heartbeat state, guarded by the heartbeat's mutex.
-	leaseEnd  time.Time // safe end of the lease: sent + TTL - drift
-	nextRenew time.Time
-	inFlight  bool
-	index     int // position in the heartbeat heap, -1 when not scheduled
-	renewals  int
-}
-
-// stopAt is when the job is told to stop if no renewal moves leaseEnd.
-func (h *hold) stopAt() time.Time { return h.leaseEnd.Add(-h.timing.grace) }
-
-// lossCause returns why the hold was lost, or nil while it is held or when
-// it ended by release. Its context's cause may differ: Close cancels the
-// context of a hold that is still held.
-func (h *hold) lossCause() error {
-	if c := h.cause.Load(); c != nil && errors.Is(*c, ErrLeaseLost) {
-		return *c
-	}
-	return nil
-}
 
 // Lease is one acquisition of a key: a fresh hold or a re-entry into a hold
 // the context already had. A Lease is safe for concurrent use.
@@ -103,40 +57,7 @@ func (le *Lease) Release(ctx context.Context) error {
 	return err
 }
 
-// holdNode links the holds a context carries; the newest comes first.
-type holdNode struct {
-	h    *hold
-	next *holdNode
-}
-
-type holdCtxKey struct{}
-
-func withHold(ctx context.Context, h *hold) context.Context {
-	next, _ := ctx.Value(holdCtxKey{}).(*holdNode)
-	return context.WithValue(ctx, holdCtxKey{}, &holdNode{h: h, next: next})
-}
-
-// holdIn returns the newest hold ctx carries on key for l (any Locker when l is nil).
-func holdIn(ctx context.Context, l *Locker, key string) *hold {
-	for n, _ := ctx.Value(holdCtxKey{}).(*holdNode); n != nil; n = n.next {
-		if n.h.key == key && (l == nil || n.h.l == l) {
-			return n.h
-		}
-	}
-	return nil
-}
-
-// TokenFrom returns the fencing token of the hold on key that ctx carries:
-// the context passed to a WithLock job, a Lease's context, or one derived
-// from them. The second result is false when ctx carries no hold on key.
-// The token stays readable after the hold ends; a resource that checks
-// tokens rejects a stale one.
-func TokenFrom(ctx context.Context, key string) (int64, bool) {
-	if ctx == nil {
-		return 0, false
-	}
-	if h := holdIn(ctx, nil, key); h != nil {
-		return h.token, true
-	}
-	return 0, false
+func newLease(h *hold, write, reentrant bool) *Lease {
+	ctx, cancel := context.WithCancelCause(h.ctx)
+	return &Lease{h: h, write: write, reentrant: reentrant, ctx: ctx, cancel: cancel}
 }

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // notifier turns release messages into wake-ups for waiting acquisitions.
@@ -27,16 +25,6 @@ type notifier struct {
 	subMu sync.Mutex     // orders SUBSCRIBE/UNSUBSCRIBE of one channel; guards subs and shards' channels
 	subs  map[int]*shard // by hash slot on Cluster; one, under noSlot, outside it
 	wg    sync.WaitGroup
-}
-
-// noSlot keys the one subscription of a Locker outside Cluster.
-const noSlot = -1
-
-// shard is one subscription connection and the channels subscribed on it.
-type shard struct {
-	ps       *redis.PubSub
-	slot     int
-	channels map[string]struct{}
 }
 
 type channelState struct {
@@ -139,104 +127,6 @@ func (n *notifier) join(ctx context.Context, k keys, write bool) (*waiter, error
 	case <-n.l.closed:
 	}
 	return w, nil
-}
-
-func (n *notifier) subscribe(ctx context.Context, channel string, st *channelState) error {
-	n.subMu.Lock()
-	defer n.subMu.Unlock()
-	sh, subscribed, err := n.shardFor(ctx, channel)
-	if err != nil {
-		return err
-	}
-	sh.channels[channel] = struct{}{}
-	n.mu.Lock()
-	st.shard = sh
-	n.mu.Unlock()
-	if subscribed {
-		return nil
-	}
-	_, err = call(ctx, n.l, func(ctx context.Context) (struct{}, error) {
-		if n.l.cluster {
-			return struct{}{}, sh.ps.SSubscribe(ctx, channel)
-		}
-		return struct{}{}, sh.ps.Subscribe(ctx, channel)
-	}, nil)
-	return err
-}
-
-// shardFor returns the subscription connection for channel, creating it and
-// its reader on first use; subscribed reports that creating it subscribed
-// channel already. Called with subMu held.
-//
-// On Cluster there is one connection per hash slot with waiters, not one
-// per master: when a connection drops, go-redis resubscribes all its
-// channels in a single SSUBSCRIBE, which Redis rejects with CROSSSLOT
-// unless they share a slot, and the waiters would then hear nothing more.
-// A slot's connection also follows the slot to a new master on reconnect.
-// It is closed when its last channel's waiters leave (stopWaiting), so a
-// Locker keeps as many as it has slots waited on, no more.
-func (n *notifier) shardFor(ctx context.Context, channel string) (sh *shard, subscribed bool, err error) {
-	slot := noSlot
-	if n.l.cluster {
-		slot = hashSlot(channel)
-	}
-	if sh := n.subs[slot]; sh != nil {
-		return sh, false, nil
-	}
-	if n.l.isClosed() {
-		return nil, false, ErrClosed
-	}
-	var ps *redis.PubSub
-	if n.l.cluster {
-		// A cluster PubSub connects to the node of its first channel.
-		ps = n.l.client.SSubscribe(ctx, channel)
-	} else {
-		ps = n.l.client.Subscribe(ctx)
-	}
-	sh = &shard{ps: ps, slot: slot, channels: make(map[string]struct{})}
-	n.subs[slot] = sh
-	msgs := ps.ChannelWithSubscriptions()
-	n.wg.Add(1)
-	go n.read(msgs)
-	return sh, n.l.cluster, nil
-}
-
-// hashSlot returns the Cluster hash slot of key: CRC16 (XMODEM) of its hash
-// tag, the part between the first '{' and the next '}' if not empty, or of
-// the whole key, modulo 16384.
-func hashSlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
-}
-
-// read dispatches one shard's messages until its PubSub is closed.
-func (n *notifier) read(msgs <-chan any) {
-	defer n.wg.Done()
-	for m := range msgs {
-		switch m := m.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
-				n.confirmed(m.Channel)
-			}
-		case *redis.Message:
-			n.released(m.Channel, m.Payload)
-		}
-	}
 }
 
 func (n *notifier) confirmed(channel string) {
@@ -374,25 +264,7 @@ func (n *notifier) stopWaiting(st *channelState) {
 	if st.shard != nil {
 		n.unsubscribe(ctx, st.shard, st.channel)
 	}
-	_ = n.l.client.ZRem(ctx, st.keys.waiters, n.l.id).Err()
-}
-
-// unsubscribe drops channel from sh, closing sh instead when it is a
-// Cluster slot's connection and channel was its last. Called with subMu
-// held.
-func (n *notifier) unsubscribe(ctx context.Context, sh *shard, channel string) {
-	delete(sh.channels, channel)
-	switch {
-	case !n.l.cluster:
-		_ = sh.ps.Unsubscribe(ctx, channel)
-	case len(sh.channels) > 0:
-		_ = sh.ps.SUnsubscribe(ctx, channel)
-	case n.subs[sh.slot] == sh:
-		// Closing the connection ends the subscription on the server too,
-		// and the reader returns once go-redis closes its channel.
-		delete(n.subs, sh.slot)
-		_ = sh.ps.Close()
-	}
+	_ = n.l.store.unregister(ctx, st.keys, n.l.id)
 }
 
 func (n *notifier) close() {
@@ -405,7 +277,7 @@ func (n *notifier) close() {
 	n.mu.Unlock()
 	n.subMu.Lock()
 	for _, sh := range n.subs {
-		_ = sh.ps.Close()
+		_ = sh.feed.close()
 	}
 	n.subMu.Unlock()
 	n.wg.Wait()

@@ -130,48 +130,6 @@ func newConfig(opts []Option) (config, error) {
 	return c, nil
 }
 
-// timing is the heartbeat schedule of one lease.
-type timing struct {
-	ttl, interval, grace, timeout time.Duration
-}
-
-// drift is Redlock's allowance for clock rate differences between client
-// and server over one TTL.
-func (t timing) drift() time.Duration { return t.ttl/100 + 2*time.Millisecond }
-
-// retryEvery is the pause between renewal attempts after a failure.
-func (t timing) retryEvery() time.Duration { return min(t.interval/3, time.Second) }
-
-func newTiming(ttl, interval, grace, timeout time.Duration) (timing, error) {
-	t := timing{ttl: ttl, interval: interval, grace: grace, timeout: timeout}
-	switch {
-	case ttl <= 0:
-		return t, fmt.Errorf("%w: TTL %v must be positive", ErrInvalid, ttl)
-	case interval <= 0 || interval >= ttl:
-		return t, fmt.Errorf("%w: renew interval %v must be positive and less than the TTL %v", ErrInvalid, interval, ttl)
-	case grace < 0 || grace >= ttl:
-		return t, fmt.Errorf("%w: stop grace %v must be >= 0 and less than the TTL %v", ErrInvalid, grace, ttl)
-	case timeout <= 0:
-		return t, fmt.Errorf("%w: request timeout %v must be positive", ErrInvalid, timeout)
-	}
-	// A renewal sent at the interval must be able to time out and still
-	// leave the stop grace before the lease's safe end.
-	if budget := ttl - t.drift(); interval+timeout+grace > budget {
-		return t, fmt.Errorf("%w: renew interval %v + request timeout %v + stop grace %v exceed TTL %v - drift %v",
-			ErrInvalid, interval, timeout, grace, ttl, t.drift())
-	}
-	return t, nil
-}
-
-// scaled returns the Locker's timing stretched to another TTL, keeping the ratios.
-func (c *config) scaled(ttl time.Duration) (timing, error) {
-	if ttl == c.ttl {
-		return timing{c.ttl, c.renewInterval, c.stopGrace, c.requestTimeout}, nil
-	}
-	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * float64(ttl) / float64(c.ttl)) }
-	return newTiming(ttl, scale(c.renewInterval), scale(c.stopGrace), scale(c.requestTimeout))
-}
-
 // LockOption configures one acquisition.
 type LockOption func(*lockConfig)
 

@@ -1,8 +1,16 @@
 package guard
 
-import "sync"
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
 
-// runner runs requests for call on a few long-lived goroutines, started
+	"github.com/jobguard/jobguard/guard/observe"
+)
+
+// runner runs requests for call, and reports that must not hold up the
+// heartbeat, on a few long-lived goroutines, started
 // lazily and stopped by Close. A fresh goroutine per request would grow its
 // stack through go-redis's call depth every time, which costs more than the
 // request's own client-side work. When every worker is busy (requests stuck
@@ -65,4 +73,65 @@ func (r *runner) stop() {
 	}
 	r.mu.Unlock()
 	r.wg.Wait()
+}
+
+// call runs fn and returns when it does or when ctx is done, whichever comes
+// first. go-redis does not interrupt a blocked read when a context is
+// canceled, so without this a partitioned server would hold the caller for
+// the client's ReadTimeout. An abandoned fn keeps running on a goroutine
+// owned by the Locker (Close waits for it) and its result goes to abandoned,
+// which may clean up after it (release a lock it turned out to acquire).
+func call[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, error), abandoned func(T, error)) (T, error) {
+	if ctx.Done() == nil {
+		return fn(ctx)
+	}
+	if ctx.Err() != nil {
+		var zero T
+		return zero, context.Cause(ctx)
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	var claimed atomic.Bool // whoever sets it first owns the result
+	// The request outlives a caller that gives up, but not by much: its own
+	// deadline stops go-redis's retries and pool waits (and, with the
+	// client's ContextTimeoutEnabled, its reads).
+	fnCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(l.cfg.requestTimeout, time.Second))
+	started := l.runner.run(func() {
+		defer cancel()
+		v, err := fn(fnCtx)
+		if claimed.CompareAndSwap(false, true) {
+			done <- result{v, err}
+		} else if abandoned != nil {
+			abandoned(v, err)
+		}
+	})
+	if !started {
+		cancel()
+		var zero T
+		return zero, ErrClosed
+	}
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		if claimed.CompareAndSwap(false, true) {
+			var zero T
+			return zero, context.Cause(ctx)
+		}
+		r := <-done
+		return r.v, r.err
+	}
+}
+
+// request runs one store operation for the Locker through call and reports
+// its round trip to the observer; rt names it (Op, Key, Name).
+func request[T any](ctx context.Context, l *Locker, rt observe.Info, fn func(context.Context) (T, error), abandoned func(T, error)) (T, error) {
+	start := time.Now()
+	v, err := call(ctx, l, fn, abandoned)
+	rt.Duration, rt.Err = time.Since(start), err
+	l.obs.Event(ctx, observe.RoundTrip, rt)
+	return v, err
 }

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/guard/observe"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -180,39 +181,39 @@ type phase struct {
 
 type phaseKey struct{}
 
-func (o *observer) Begin(ctx context.Context, p guard.Phase, info guard.Info) context.Context {
+func (o *observer) Begin(ctx context.Context, p observe.Phase, info observe.Info) context.Context {
 	name := spanRelease
 	switch p {
-	case guard.PhaseRun:
+	case observe.Run:
 		name = spanRun
-	case guard.PhaseAcquire:
+	case observe.Acquire:
 		name = spanAcquire
 	}
 	// The run span describes the lock; its own children add only what is
 	// theirs. An operation on another key inside the job says which.
 	parent, _ := ctx.Value(phaseKey{}).(*phase)
 	var start []trace.SpanStartOption
-	if p == guard.PhaseRun || parent == nil || !parent.run || parent.key != info.Key {
+	if p == observe.Run || parent == nil || !parent.run || parent.key != info.Key {
 		attrs := make([]attribute.KeyValue, 0, 3+len(info.Attrs))
 		attrs = append(attrs, attrKey.String(info.Key), attrName.String(info.Name), attrMode.String(mode(info)))
-		if p == guard.PhaseRun {
+		if p == observe.Run {
 			attrs = append(attrs, fromSlog(info.Attrs)...)
 		}
 		start = append(start, trace.WithAttributes(attrs...))
 	}
 	start = append(start, trace.WithSpanKind(trace.SpanKindInternal))
 	ctx, span := o.tracer.Start(ctx, name, start...)
-	return context.WithValue(ctx, phaseKey{}, &phase{span: span, start: time.Now(), run: p == guard.PhaseRun, key: info.Key})
+	return context.WithValue(ctx, phaseKey{}, &phase{span: span, start: time.Now(), run: p == observe.Run, key: info.Key})
 }
 
-func (o *observer) End(ctx context.Context, p guard.Phase, info guard.Info) {
+func (o *observer) End(ctx context.Context, p observe.Phase, info observe.Info) {
 	ph, _ := ctx.Value(phaseKey{}).(*phase)
 	if ph == nil {
 		return
 	}
 	span := ph.span
 	switch p {
-	case guard.PhaseAcquire:
+	case observe.Acquire:
 		if info.Token != 0 {
 			span.SetAttributes(attrResult.String(info.Result), attrAttempts.Int(info.Attempts),
 				attrToken.Int64(info.Token), attrReentrant.Bool(info.Reentrant))
@@ -224,7 +225,7 @@ func (o *observer) End(ctx context.Context, p guard.Phase, info guard.Info) {
 		}
 		o.acquireTime.Record(ctx, time.Since(ph.start).Seconds(),
 			o.attrs(setKey{name: info.Name, key: attrResult, val: info.Result}))
-	case guard.PhaseRun:
+	case observe.Run:
 		switch info.Result {
 		case "busy", "timeout", "canceled": // skipped, not failed
 			span.SetAttributes(attrResult.String(info.Result))
@@ -238,7 +239,7 @@ func (o *observer) End(ctx context.Context, p guard.Phase, info guard.Info) {
 				failed(span, info.Err)
 			}
 		}
-	case guard.PhaseRelease:
+	case observe.Release:
 		if info.Err != nil {
 			failed(span, info.Err)
 		}
@@ -246,26 +247,26 @@ func (o *observer) End(ctx context.Context, p guard.Phase, info guard.Info) {
 	span.End()
 }
 
-func (o *observer) Event(ctx context.Context, k guard.EventKind, info guard.Info) {
+func (o *observer) Event(ctx context.Context, k observe.Event, info observe.Info) {
 	switch k {
-	case guard.EventRoundTrip:
+	case observe.RoundTrip:
 		k := setKey{name: info.Name, key: attrOperation, val: info.Op}
 		if info.Err != nil {
 			k.err = ErrorType(info.Err)
 		}
 		o.opTime.Record(ctx, info.Duration.Seconds(), o.attrs(k))
-	case guard.EventRenewFailed:
+	case observe.RenewFailed:
 		trace.SpanFromContext(ctx).AddEvent(eventRenewFailed, trace.WithAttributes(
 			attrErrorType.String(ErrorType(info.Err))))
-	case guard.EventLeaseLost:
+	case observe.LeaseLost:
 		trace.SpanFromContext(ctx).AddEvent(eventLost, trace.WithAttributes(
 			attrErrorType.String(ErrorType(info.Err))))
-	case guard.EventHeld:
+	case observe.Held:
 		o.count.Add(ctx, int64(info.Delta), o.attrs(setKey{name: info.Name, key: attrState, val: "held"}))
 		if info.Delta < 0 {
 			o.holdTime.Record(ctx, info.Duration.Seconds(), o.attrs(setKey{name: info.Name, key: attrHold, val: info.Result}))
 		}
-	case guard.EventWaiting:
+	case observe.Waiting:
 		o.count.Add(ctx, int64(info.Delta), o.attrs(setKey{name: info.Name, key: attrState, val: "waiting"}))
 	}
 }
@@ -275,7 +276,7 @@ func failed(span trace.Span, err error) {
 	span.SetAttributes(attrErrorType.String(ErrorType(err)))
 }
 
-func mode(info guard.Info) string {
+func mode(info observe.Info) string {
 	if info.Write {
 		return "write"
 	}

@@ -1,0 +1,274 @@
+package guard
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jobguard/jobguard/guard/observe"
+	"github.com/redis/go-redis/v9"
+)
+
+// acquire re-enters the hold on key that ctx carries, or takes the key
+// afresh, waiting as long as lc allows. It is one Acquire phase for the
+// observer.
+func (l *Locker) acquire(ctx context.Context, key string, write bool, lc lockConfig) (*Lease, error) {
+	if err := l.checkAcquire(ctx, key); err != nil {
+		return nil, err
+	}
+	info := observe.Info{Key: key, Name: lc.name, Attrs: lc.attrs, Write: write, TTL: lc.ttl}
+	outer := holdIn(ctx, l, key)
+	var t timing
+	if outer != nil {
+		info.Reentrant, info.TTL, info.Token = true, outer.timing.ttl, outer.token
+	} else {
+		var err error
+		if t, err = l.cfg.scaled(lc.ttl); err != nil {
+			return nil, err
+		}
+	}
+	var le *Lease
+	err := l.observed(ctx, observe.Acquire, info, func(actx context.Context, info *observe.Info) error {
+		var err error
+		if outer != nil {
+			le, err = l.reenter(actx, outer, write)
+			info.Attempts = 1
+			if le != nil || err != nil {
+				info.Result = acquireResult(err)
+				return err
+			}
+			// The context's hold was released: this is a fresh acquisition.
+			info.Reentrant, info.TTL, info.Token, info.Attempts = false, lc.ttl, 0, 0
+			if t, err = l.cfg.scaled(lc.ttl); err != nil {
+				info.Result = acquireResult(err)
+				return err
+			}
+		}
+		a := l.newAcquisition(ctx, key, write, lc, t)
+		le, err = a.run(actx)
+		info.Attempts, info.Result = a.attempts, acquireResult(err)
+		if le != nil {
+			info.Token = le.h.token
+		}
+		return err
+	})
+	return le, err
+}
+
+func (l *Locker) checkAcquire(ctx context.Context, key string) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalid)
+	}
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if l.isClosed() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// reenter takes another lease on a hold that ctx carries. It returns
+// (nil, nil) when that hold has been released, so the caller acquires afresh.
+func (l *Locker) reenter(ctx context.Context, h *hold, write bool) (*Lease, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.over.Load() {
+		if cause := h.lossCause(); cause != nil {
+			return nil, fmt.Errorf("guard: re-enter %q: %w", h.key, cause)
+		}
+		return nil, nil
+	}
+	if write && h.writes == 0 {
+		return nil, fmt.Errorf("%w: key %q", ErrUpgrade, h.key)
+	}
+	writes, reads := counts(h.writes, h.reads, write, +1)
+	res, err := h.setCounts(ctx, writes, reads, "acquire")
+	if err != nil {
+		return nil, err
+	}
+	if res != applied {
+		cause := lostCause(h.key, res)
+		h.lose(cause)
+		return nil, cause
+	}
+	h.writes, h.reads = writes, reads
+	return newLease(h, write, true), nil
+}
+
+// acquisition is one fresh acquisition: its attempts and its wait.
+type acquisition struct {
+	l        *Locker
+	parent   context.Context // the caller's: the hold keeps its values
+	key      string
+	keys     keys
+	args     acquireArgs
+	lc       lockConfig
+	timing   timing
+	deadline time.Time // end of the Wait budget, when lc sets one
+	attempts int
+	held     *heldError // Redis's last busy answer; nil while none came
+	waiter   *waiter    // set once the acquisition waits for a release
+}
+
+func (l *Locker) newAcquisition(parent context.Context, key string, write bool, lc lockConfig, t timing) *acquisition {
+	a := &acquisition{l: l, parent: parent, key: key, keys: l.keysFor(key), lc: lc, timing: t}
+	a.args = acquireArgs{
+		owner: rand.Text(), // 26 base32 characters: 130 random bits
+		ttl:   t.ttl, write: write, minHold: lc.minHold, fenceTTL: lc.fenceTTL,
+		// A waiting Locker registers again at every attempt, and attempts at
+		// least once per TTL (its fallback timer is the holder's remaining
+		// TTL), so twice the TTL outlives the gap; a Locker that crashed
+		// drops out of the queue within it.
+		registration: 2 * t.ttl,
+	}
+	if !lc.waitSet || lc.wait > 0 {
+		a.args.waiter = l.id // a caller that will wait is woken by name
+	}
+	if lc.waitSet {
+		a.deadline = l.clock.Now().Add(lc.wait)
+	}
+	return a
+}
+
+// run attempts until the key is taken, the wait budget is spent or ctx is
+// done, sleeping between attempts until a release may have freed the key.
+func (a *acquisition) run(ctx context.Context) (*Lease, error) {
+	defer a.stopWaiting(ctx)
+	for {
+		before := a.l.notify.mark(a.keys.channel)
+		sent := a.l.clock.Now()
+		rep, err := a.attempt(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, a.notAcquired(err)
+		case err != nil:
+			return nil, err
+		case rep.acquired:
+			if a.waiter != nil {
+				a.waiter.acquired = true
+			}
+			return a.l.newHold(a, rep.token, sent)
+		}
+		a.held = &heldError{remaining: rep.heldFor}
+		if err := a.budgetSpent(); err != nil {
+			return nil, err
+		}
+		if err := a.wait(ctx, before, rep.heldFor); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// attempt sends one acquire request. A request whose caller gave up, or
+// whose reply was lost, may still have taken the key: the hold is dropped
+// rather than left to block the key for a TTL.
+func (a *acquisition) attempt(ctx context.Context) (acquireReply, error) {
+	a.attempts++
+	l, k, owner, timeout := a.l, a.keys, a.args.owner, a.timing.timeout
+	rep, err := request(ctx, l, observe.Info{Op: "acquire", Key: a.key, Name: a.lc.name}, func(ctx context.Context) (acquireReply, error) {
+		rep, err := l.store.acquire(ctx, k, a.args)
+		if errors.Is(err, ErrNotReplicated) {
+			l.dropHold(k, owner, l.cfg.requestTimeout)
+		}
+		return rep, err
+	}, func(rep acquireReply, err error) {
+		if err == nil && rep.acquired {
+			l.dropHold(k, owner, timeout)
+		}
+	})
+	if a.waiter != nil && err == nil {
+		a.waiter.woken = false // the attempt saw the key after the wake-up
+	}
+	var reply redis.Error
+	if err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrNotReplicated) && !errors.As(err, &reply) {
+		// A transport error: the script may have run and its reply been lost.
+		l.runner.run(func() { l.dropHold(k, owner, timeout) })
+	}
+	return rep, redisError(k.lock, err)
+}
+
+// budgetSpent returns ErrNotAcquired once the Wait budget is spent.
+func (a *acquisition) budgetSpent() error {
+	if !a.lc.waitSet || a.l.clock.Now().Before(a.deadline) {
+		return nil
+	}
+	if a.lc.wait == 0 {
+		a.l.log.Info("guard: lock busy", "key", a.key)
+		return fmt.Errorf("%w: %q: %w: %w", ErrNotAcquired, a.key, errBusy, a.held)
+	}
+	a.l.log.Info("guard: lock busy after waiting", "key", a.key, "wait", a.lc.wait)
+	return fmt.Errorf("%w: %q: %w after %v: %w", ErrNotAcquired, a.key, errTimeout, a.lc.wait, a.held)
+}
+
+// notAcquired is the error of a wait that ended for why: ErrNotAcquired
+// only when Redis answered that the key is held, else why no answer came.
+func (a *acquisition) notAcquired(why error) error {
+	if a.held == nil {
+		return fmt.Errorf("guard: acquire %q: no answer from Redis: %w", a.key, why)
+	}
+	return fmt.Errorf("%w: %q: %w: %w", ErrNotAcquired, a.key, why, a.held)
+}
+
+// wait sleeps until a release may have freed the key: a notification, the
+// holder's remaining TTL (a crashed holder never publishes), or the end of
+// the Wait budget.
+func (a *acquisition) wait(ctx context.Context, before mark, heldFor time.Duration) error {
+	if a.waiter == nil {
+		w, err := a.l.notify.join(ctx, a.keys, a.args.write)
+		if err != nil {
+			return err
+		}
+		a.waiter = w
+		a.l.obs.Event(ctx, observe.Waiting, observe.Info{Key: a.key, Name: a.lc.name, Write: a.args.write, Delta: +1})
+		if !a.l.notify.quietSince(before) {
+			return nil // a release may have come between the attempt and the subscription
+		}
+	}
+	sleep := heldFor + time.Millisecond
+	if a.lc.waitSet {
+		sleep = min(sleep, a.deadline.Sub(a.l.clock.Now()))
+	}
+	timer := a.l.clock.NewTimer(sleep)
+	defer timer.Stop()
+	select {
+	case <-a.waiter.C:
+		a.waiter.woken = true
+	case <-timer.C():
+	case <-ctx.Done():
+		return a.notAcquired(context.Cause(ctx))
+	case <-a.l.closed:
+		return ErrClosed
+	}
+	return nil
+}
+
+func (a *acquisition) stopWaiting(ctx context.Context) {
+	if a.waiter != nil {
+		a.waiter.leave()
+		a.l.obs.Event(ctx, observe.Waiting, observe.Info{Key: a.key, Name: a.lc.name, Write: a.args.write, Delta: -1})
+	}
+}
+
+// dropHold frees a hold that was never handed to a caller (an abandoned or
+// unacknowledged acquisition), at once and MinHold or not, so it does not
+// block the key for its TTL.
+func (l *Locker) dropHold(k keys, owner string, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_, err := l.store.setCounts(ctx, k, countArgs{owner: owner, idle: l.idleOn(k), marker: markerDrop})
+	if err != nil {
+		l.log.Warn("guard: could not drop an abandoned hold; it expires within its TTL", "key", k.lock, "err", err)
+	}
+}
+
+// idleOn returns the Locker's id when none of its acquisitions waits for
+// the lock, so that a release does not name it as the one to act.
+func (l *Locker) idleOn(k keys) string {
+	if l.notify.waiting(k.channel) {
+		return ""
+	}
+	return l.id
+}

@@ -1,0 +1,222 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jobguard/jobguard/guard/observe"
+)
+
+// hold is one owner's hold on a key: a fresh acquisition and every re-entry
+// made through its context share it. It ends when its last lease is
+// released or when it is lost.
+type hold struct {
+	l      *Locker
+	key    string
+	name   string // for observers: the Name option, or the key
+	keys   keys
+	owner  string // unguessable owner id: 130 random bits
+	token  int64
+	timing timing
+	ctx    context.Context // done when the hold ends; carries the hold
+	cancel context.CancelCauseFunc
+	obsCtx context.Context // the observer's context for heartbeat events
+	start  time.Time
+
+	mu     sync.Mutex            // serializes count updates and their requests
+	writes int                   // write leases held
+	reads  int                   // read leases held
+	over   atomic.Bool           // released or lost: see end
+	cause  atomic.Pointer[error] // why it ended, set by end
+
+	// Heartbeat state, guarded by the heartbeat's mutex.
+	leaseEnd  time.Time // safe end of the lease (timing.safeEnd of the last confirmed request)
+	nextRenew time.Time
+	inFlight  bool
+	index     int // position in the heartbeat's queue, -1 when not scheduled
+	renewals  int
+}
+
+// newHold records the hold a acquired with token, its request sent at
+// sent, and starts renewing it.
+func (l *Locker) newHold(a *acquisition, token int64, sent time.Time) (*Lease, error) {
+	h := &hold{
+		l: l, key: a.key, name: a.lc.name, keys: a.keys, owner: a.args.owner, token: token,
+		timing: a.timing, start: sent, index: -1,
+		leaseEnd: a.timing.safeEnd(sent), nextRenew: sent.Add(a.timing.interval),
+	}
+	h.ctx, h.cancel = context.WithCancelCause(withHold(context.WithoutCancel(a.parent), h))
+	h.obsCtx = context.WithoutCancel(a.parent)
+	h.writes, h.reads = counts(0, 0, a.args.write, +1)
+	l.mu.Lock()
+	if l.isClosed() {
+		l.mu.Unlock()
+		l.dropHold(h.keys, h.owner, h.timing.timeout)
+		return nil, ErrClosed
+	}
+	l.holds[h] = struct{}{}
+	l.mu.Unlock()
+	l.hb.add(h)
+	l.log.Debug("guard: acquired", "key", h.key, "token", token, "write", a.args.write)
+	l.obs.Event(h.obsCtx, observe.Held, observe.Info{Key: h.key, Name: h.name, Write: a.args.write, TTL: h.timing.ttl, Token: token, Delta: +1})
+	return newLease(h, a.args.write, false), nil
+}
+
+// counts returns hold counts after adding delta leases of one mode.
+func counts(writes, reads int, write bool, delta int) (int, int) {
+	if write {
+		return writes + delta, reads
+	}
+	return writes, reads + delta
+}
+
+// setCounts sets the hold's counts in Redis; op names the round trip for
+// observers ("acquire" for a re-entry, "release").
+func (h *hold) setCounts(ctx context.Context, writes, reads int, op string) (outcome, error) {
+	l := h.l
+	// The marker outlives every retry of this release: they stop at the
+	// request timeout, and a request outlives its caller by at most as long.
+	marker := 2 * max(h.timing.timeout, time.Second)
+	res, err := request(ctx, l, observe.Info{Op: op, Key: h.key, Name: h.name}, func(ctx context.Context) (outcome, error) {
+		return l.store.setCounts(ctx, h.keys, countArgs{owner: h.owner, writes: writes, reads: reads, idle: l.idleOn(h.keys), marker: marker})
+	}, nil)
+	return res, redisError(h.key, err)
+}
+
+// end stops the hold's heartbeat, cancels its context with cause and forgets
+// it. It reports whether this call ended the hold.
+func (h *hold) end(cause error) bool {
+	if !h.over.CompareAndSwap(false, true) {
+		return false
+	}
+	h.cause.Store(&cause)
+	h.l.hb.remove(h)
+	h.cancel(cause)
+	h.l.forget(h)
+	return true
+}
+
+// lose ends a hold that can no longer be proven held and reports it. Only
+// the first call for a hold acts. To end many holds at once, call end for
+// each first and reportLost afterwards, so no job waits on a log handler.
+func (h *hold) lose(cause error) {
+	if h.end(cause) {
+		h.reportLost(cause)
+	}
+}
+
+// reportLost logs and observes a hold that end has ended with cause.
+func (h *hold) reportLost(cause error) {
+	l := h.l
+	if !errors.Is(cause, ErrClosed) {
+		l.log.Error("guard: lease lost", "key", h.key, "token", h.token, "cause", cause)
+	}
+	l.obs.Event(h.obsCtx, observe.LeaseLost, observe.Info{Key: h.key, Name: h.name, Token: h.token, Err: cause})
+	l.obs.Event(h.obsCtx, observe.Held, observe.Info{Key: h.key, Name: h.name, Token: h.token, Delta: -1, Result: "lost", Duration: time.Since(h.start)})
+}
+
+// lossCause returns why the hold was lost, or nil while it is held or when
+// it ended by release. Its context's cause may differ: Close cancels the
+// context of a hold that is still held.
+func (h *hold) lossCause() error {
+	if c := h.cause.Load(); c != nil && errors.Is(*c, ErrLeaseLost) {
+		return *c
+	}
+	return nil
+}
+
+func lostCause(key string, res outcome) error {
+	if res == taken {
+		return fmt.Errorf("%w: %q is held by another owner", ErrLeaseLost, key)
+	}
+	return fmt.Errorf("%w: %q expired", ErrLeaseLost, key)
+}
+
+// The heartbeat's view of a hold; called with the heartbeat's mutex held.
+
+// stopAt is when the job is told to stop if no renewal moves leaseEnd.
+func (h *hold) stopAt() time.Time { return h.timing.stopAt(h.leaseEnd) }
+
+// due is when the heartbeat must next look at h: its next renewal or, when
+// a renewal is in flight or overdue, its stop time.
+func (h *hold) due() time.Time {
+	stop := h.stopAt()
+	if h.inFlight || stop.Before(h.nextRenew) {
+		return stop
+	}
+	return h.nextRenew
+}
+
+// renewable reports whether h may join a batch sent at now: its renewal
+// window has opened. The heartbeat wakes at the end of the first hold's
+// window and takes every hold whose window has opened, so holds acquired
+// at about the same time share a pipeline.
+func (h *hold) renewable(now time.Time) bool {
+	return !h.inFlight && !h.nextRenew.Add(-h.timing.batchWindow()).After(now)
+}
+
+// settle applies the answer to h's renewal sent at sent and received at
+// now: a success moves the safe end, a failure schedules a retry. It
+// returns the cause when the answer means the hold is lost.
+func (h *hold) settle(r renewReply, sent, now time.Time) (lost error) {
+	h.inFlight = false
+	switch {
+	case errors.Is(r.err, ErrWrongType):
+		// Not a fault that a retry outlives: the key is not a lock now.
+		return fmt.Errorf("%w: %w", ErrLeaseLost, r.err)
+	case r.err != nil:
+		h.nextRenew = now.Add(h.timing.retryEvery())
+		return nil
+	case r.outcome == applied:
+		if end := h.timing.safeEnd(sent); end.After(h.leaseEnd) {
+			h.leaseEnd = end
+		}
+		h.nextRenew = sent.Add(h.timing.interval)
+		h.renewals++
+		return nil
+	default:
+		return lostCause(h.key, r.outcome)
+	}
+}
+
+// Holds travel in contexts: a linked list, newest first.
+type holdNode struct {
+	h    *hold
+	next *holdNode
+}
+
+type holdCtxKey struct{}
+
+func withHold(ctx context.Context, h *hold) context.Context {
+	next, _ := ctx.Value(holdCtxKey{}).(*holdNode)
+	return context.WithValue(ctx, holdCtxKey{}, &holdNode{h: h, next: next})
+}
+
+// holdIn returns the newest hold ctx carries on key for l (any Locker when l is nil).
+func holdIn(ctx context.Context, l *Locker, key string) *hold {
+	for n, _ := ctx.Value(holdCtxKey{}).(*holdNode); n != nil; n = n.next {
+		if n.h.key == key && (l == nil || n.h.l == l) {
+			return n.h
+		}
+	}
+	return nil
+}
+
+// TokenFrom returns the fencing token of the hold on key that ctx carries:
+// the context passed to a WithLock job, a Lease's context, or one derived
+// from them. The second result is false when ctx carries no hold on key.
+// The token stays readable after the hold ends; a resource that checks
+// tokens rejects a stale one.
+func TokenFrom(ctx context.Context, key string) (int64, bool) {
+	if ctx == nil {
+		return 0, false
+	}
+	if h := holdIn(ctx, nil, key); h != nil {
+		return h.token, true
+	}
+	return 0, false
+}

@@ -1,0 +1,135 @@
+package guard
+
+import (
+	"context"
+	"time"
+)
+
+// store is where leases live. The Locker decides when to acquire, renew and
+// release, and what an answer means for the job; a store carries each
+// request to Redis and answers in typed values. redisStore is one Redis
+// deployment (standalone, Sentinel or Cluster); a quorum of independent
+// masters (Redlock) is meant to be a second store, not a second Locker.
+//
+// A store's requests may run past their ctx (go-redis does not interrupt a
+// blocked read); the Locker bounds them (see call). Errors are go-redis's,
+// except ErrNotReplicated; the Locker puts them in this package's terms.
+type store interface {
+	// acquire makes one attempt at a fresh hold (acquire.lua).
+	acquire(ctx context.Context, k keys, a acquireArgs) (acquireReply, error)
+	// setCounts sets an owner's hold counts (update.lua): a re-entry, a
+	// partial release, or with 0 and 0 the final release.
+	setCounts(ctx context.Context, k keys, a countArgs) (outcome, error)
+	// renew extends holds that share a renewal group, in one round trip
+	// (renew.lua each). It returns one reply per hold, in order, or an error
+	// when the round trip as a whole failed.
+	renew(ctx context.Context, batch []renewArgs) ([]renewReply, error)
+	// renewalGroup names the server that renews key's holds; holds of one
+	// group share pipelines. A failed lookup answers "", a group of its own.
+	renewalGroup(ctx context.Context, key string) string
+
+	// feedSlot names the subscription connection that carries channel:
+	// channels with the same slot share one. noSlot means the store has one
+	// connection for every channel.
+	feedSlot(channel string) int
+	// openFeed opens a subscription connection for channel's slot;
+	// subscribed reports that it subscribed channel already.
+	openFeed(ctx context.Context, channel string) (f feed, subscribed bool)
+	// unregister takes a Locker out of a lock's waiting Lockers.
+	unregister(ctx context.Context, k keys, locker string) error
+
+	// claim stores value under key for ttl unless a value is there (SET NX).
+	claim(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error)
+	// claimed returns the value stored under key, if any.
+	claimed(ctx context.Context, key string) ([]byte, bool, error)
+}
+
+// feed is one subscription connection for release notifications.
+type feed interface {
+	subscribe(ctx context.Context, channel string) error
+	unsubscribe(ctx context.Context, channel string) error
+	// read calls confirmed for each subscription the server confirms (again
+	// after a reconnect) and message for each notification, until close.
+	read(confirmed func(channel string), message func(channel, payload string))
+	close() error
+}
+
+// noSlot is the feed slot of a store with one subscription connection.
+const noSlot = -1
+
+// keys are the Redis names of one lock; the {name} hash tag keeps them in
+// one Cluster slot.
+type keys struct {
+	lock    string // the hash of holders (see scripts/prelude.lua)
+	fence   string // the fencing counter
+	channel string // release notifications
+	waiters string // the Lockers waiting for the lock
+}
+
+func keysFor(prefix, name string) keys {
+	base := prefix + "{" + name + "}"
+	return keys{lock: base, fence: base + ":fence", channel: base + ":released", waiters: base + ":waiters"}
+}
+
+// doneMarker is the key that tells a retried final release of owner that
+// the first try applied.
+func (k keys) doneMarker(owner string) string { return k.lock + ":done:" + owner }
+
+// acquireArgs is one acquisition attempt.
+type acquireArgs struct {
+	owner    string
+	ttl      time.Duration
+	write    bool
+	minHold  time.Duration
+	fenceTTL time.Duration // 0: the fencing counter is permanent
+	// waiter is the Locker id to register among the lock's waiting Lockers
+	// if the key is busy, so a release can name it; "" for a caller that
+	// will not wait. The registration lasts registration.
+	waiter       string
+	registration time.Duration
+}
+
+// acquireReply is acquire.lua's answer.
+type acquireReply struct {
+	acquired bool
+	token    int64         // acquired: the fencing token
+	heldFor  time.Duration // busy: until the latest holder's expiry
+}
+
+// countArgs sets an owner's hold counts.
+type countArgs struct {
+	owner         string
+	writes, reads int
+	// idle is the releasing Locker's id when none of its acquisitions waits
+	// for the key, so the release does not name it as the one to act; "".
+	idle string
+	// marker, for a final release, is how long Redis remembers that it
+	// applied, so a retry can tell; markerDrop drops a hold its caller never
+	// got, at once, ignoring MinHold.
+	marker time.Duration
+}
+
+// markerDrop, as countArgs.marker, drops a hold at once.
+const markerDrop = 0
+
+// outcome is the answer to a renewal or a count update.
+type outcome int8
+
+const (
+	taken   outcome = -1 // another owner holds the key
+	expired outcome = 0  // the hold is gone and the key is free
+	applied outcome = 1
+)
+
+// renewArgs extends one hold.
+type renewArgs struct {
+	lock  string // keys.lock
+	owner string
+	ttl   time.Duration
+}
+
+// renewReply is the answer for one hold of a renewal batch.
+type renewReply struct {
+	outcome outcome
+	err     error
+}
