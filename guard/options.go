@@ -86,6 +86,8 @@ func WithCloseTimeout(d time.Duration) Option {
 	return func(c *config) { c.closeTimeout, c.closeSet = d, true }
 }
 
+// newConfig applies opts over the defaults, fills in the durations that
+// default relative to the TTL, and validates the result.
 func newConfig(opts []Option) (config, error) {
 	c := config{ttl: 30 * time.Second, prefix: "guard:", observer: nopObserver{}, logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
@@ -97,6 +99,12 @@ func newConfig(opts []Option) (config, error) {
 	if c.ttl <= 0 {
 		return c, fmt.Errorf("%w: TTL %v must be positive", ErrInvalid, c.ttl)
 	}
+	c.defaultDurations()
+	return c, c.validate()
+}
+
+// defaultDurations sets the durations not given relative to the TTL.
+func (c *config) defaultDurations() {
 	if !c.intervalSet {
 		c.renewInterval = c.ttl / 3
 	}
@@ -109,25 +117,23 @@ func newConfig(opts []Option) (config, error) {
 	if !c.closeSet {
 		c.closeTimeout = c.ttl
 	}
-	if c.closeTimeout < 0 {
-		return c, fmt.Errorf("%w: close timeout %v must be >= 0", ErrInvalid, c.closeTimeout)
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.closeTimeout < 0:
+		return fmt.Errorf("%w: close timeout %v must be >= 0", ErrInvalid, c.closeTimeout)
+	case c.observer == nil:
+		return fmt.Errorf("%w: nil observer", ErrInvalid)
+	case c.logger == nil:
+		return fmt.Errorf("%w: nil logger", ErrInvalid)
+	case strings.ContainsAny(c.prefix, "{}"):
+		return fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalid, c.prefix)
+	case c.replicas < 0 || (c.replicas > 0 && c.replicaTimeout <= 0):
+		return fmt.Errorf("%w: replica ack needs n >= 0 and a positive timeout, got %d, %v", ErrInvalid, c.replicas, c.replicaTimeout)
 	}
-	if c.observer == nil {
-		return c, fmt.Errorf("%w: nil observer", ErrInvalid)
-	}
-	if c.logger == nil {
-		return c, fmt.Errorf("%w: nil logger", ErrInvalid)
-	}
-	if strings.ContainsAny(c.prefix, "{}") {
-		return c, fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalid, c.prefix)
-	}
-	if c.replicas < 0 || (c.replicas > 0 && c.replicaTimeout <= 0) {
-		return c, fmt.Errorf("%w: replica ack needs n >= 0 and a positive timeout, got %d, %v", ErrInvalid, c.replicas, c.replicaTimeout)
-	}
-	if _, err := newTiming(c.ttl, c.renewInterval, c.stopGrace, c.requestTimeout); err != nil {
-		return c, err
-	}
-	return c, nil
+	_, err := newTiming(c.ttl, c.renewInterval, c.stopGrace, c.requestTimeout)
+	return err
 }
 
 // LockOption configures one acquisition.

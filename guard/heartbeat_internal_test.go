@@ -1,0 +1,175 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobguard/jobguard/internal/redistest"
+)
+
+// fakeClock is a clock the test moves by hand. Its timers fire when Advance
+// passes them; a timer reset to a time already passed fires at once.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: t0} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) NewTimer(d time.Duration) timer {
+	t := &fakeTimer{c: c, ch: make(chan time.Time, 1)}
+	c.mu.Lock()
+	c.timers = append(c.timers, t)
+	c.mu.Unlock()
+	t.Reset(d)
+	return t
+}
+
+// Advance moves the clock on by d and fires the timers that came due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	for _, t := range c.timers {
+		t.fireLocked()
+	}
+}
+
+type fakeTimer struct {
+	c      *fakeClock
+	ch     chan time.Time
+	at     time.Time
+	active bool
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+func (t *fakeTimer) Reset(d time.Duration) {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	select { // like a time.Timer since Go 1.23: no stale value after Reset
+	case <-t.ch:
+	default:
+	}
+	t.at, t.active = t.c.now.Add(d), true
+	t.fireLocked()
+}
+
+func (t *fakeTimer) Stop() {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	t.active = false
+}
+
+func (t *fakeTimer) fireLocked() {
+	if t.active && !t.at.After(t.c.now) {
+		t.active = false
+		select {
+		case t.ch <- t.c.now:
+		default:
+		}
+	}
+}
+
+// eventually waits, in real time, for what the heartbeat does on its own
+// goroutines after the clock moved: a renewal's round trip to Redis.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// newClockedLocker is a Locker on a real Redis whose heartbeat and
+// acquisitions run on clk.
+func newClockedLocker(t *testing.T, srv *redistest.Server, clk clock, opts ...Option) *Locker {
+	t.Helper()
+	cfg, err := newConfig(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLocker(newRedisStore(srv.Client(t), 0, 0), clk, cfg)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// The schedule runs on the Locker's clock: a 30s lease is renewed when the
+// clock reaches its renewal window, not before, and with Redis unable to
+// answer its job is told to stop at sent + TTL - drift - StopGrace of the
+// last confirmed renewal. No test time passes beyond Redis's round trips.
+func TestHeartbeatRunsOnItsClock(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := newFakeClock()
+	l := newClockedLocker(t, srv, clk, WithTTL(30*time.Second))
+	le, err := l.Acquire(t.Context(), "clocked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := le.h
+	renewals := func() int { return l.hb.renewals(h) }
+
+	clk.Advance(8 * time.Second) // before the window opens at 9s
+	if n := renewals(); n != 0 {
+		t.Fatalf("renewed %d times before the renewal window opened", n)
+	}
+	clk.Advance(2 * time.Second) // t0+10s
+	eventually(t, "the first renewal is confirmed", func() bool { return renewals() == 1 })
+	sent := t0.Add(10 * time.Second) // the clock did not move while it was on the wire
+
+	// Redis stops answering: the next renewal (window at t0+19s) stays on
+	// the wire, and the job must be told at the stop time of the one
+	// confirmed at t0+10s.
+	srv.Pause(t)
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume(t)
+		}
+	}()
+	clk.Advance(10 * time.Second) // t0+20s
+	eventually(t, "the second renewal is on the wire", func() bool {
+		l.hb.mu.Lock()
+		defer l.hb.mu.Unlock()
+		return h.inFlight
+	})
+	stop := h.timing.stopAt(h.timing.safeEnd(sent))
+	if want := sent.Add(30*time.Second - 302*time.Millisecond - 3*time.Second); !stop.Equal(want) {
+		t.Fatalf("stop time %v after t0, want %v", stop.Sub(t0), want.Sub(t0))
+	}
+	clk.Advance(stop.Sub(clk.Now()) - time.Millisecond)
+	select {
+	case <-le.Context().Done():
+		t.Fatalf("told to stop a millisecond early: %v", context.Cause(le.Context()))
+	case <-time.After(20 * time.Millisecond):
+	}
+	clk.Advance(time.Millisecond)
+	select {
+	case <-le.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("not told to stop at the stop time")
+	}
+	cause := context.Cause(le.Context())
+	if !errors.Is(cause, ErrLeaseLost) || !strings.Contains(cause.Error(), "no renewal confirmed in time") {
+		t.Fatalf("cause = %v, want ErrLeaseLost: no renewal confirmed in time", cause)
+	}
+	srv.Resume(t)
+	resumed = true
+	if err := le.Release(t.Context()); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Release after the loss: %v, want ErrNotHeld", err)
+	}
+}

@@ -1,0 +1,182 @@
+package guard
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jobguard/jobguard/guard/observe"
+)
+
+// The heartbeat's worker side: sending due renewals, grouped by node, in
+// pipelines, and applying their answers. The scheduler (heartbeat.go)
+// decides when.
+
+// renew is the worker: it queues due holds by node and starts a pipeline
+// for each node whenever that node has fewer than nodeBatches on the wire.
+func (hb *heartbeat) renew() {
+	defer hb.wg.Done()
+	queued := make(map[string][]*hold)
+	for {
+		select {
+		case <-hb.work:
+		case <-hb.done:
+			return
+		}
+		hb.mu.Lock()
+		pending := hb.pending
+		hb.pending = nil
+		hb.mu.Unlock()
+		for _, h := range pending {
+			node := hb.renewalGroup(h)
+			queued[node] = append(queued[node], h)
+		}
+		for node, holds := range queued {
+			for len(holds) > 0 && hb.claim(node) {
+				n := min(len(holds), maxBatch)
+				batch := holds[:n:n]
+				holds = holds[n:]
+				hb.wg.Go(func() {
+					defer hb.unclaim(node)
+					hb.renewBatch(batch)
+				})
+			}
+			if len(holds) == 0 {
+				delete(queued, node)
+			} else {
+				queued[node] = holds
+			}
+		}
+	}
+}
+
+// renewalGroup names the node that serves h's key: its master's address on
+// Cluster, "" otherwise.
+func (hb *heartbeat) renewalGroup(h *hold) string {
+	ctx, cancel := context.WithTimeout(context.Background(), h.timing.timeout)
+	defer cancel()
+	return hb.l.store.renewalGroup(ctx, h.keys.lock)
+}
+
+// claim reserves a place for one more pipeline to node, if it has one.
+func (hb *heartbeat) claim(node string) bool {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	if hb.sending[node] >= nodeBatches {
+		return false
+	}
+	hb.sending[node]++
+	return true
+}
+
+// unclaim frees a place claim reserved and wakes the worker to fill it.
+func (hb *heartbeat) unclaim(node string) {
+	hb.mu.Lock()
+	if hb.sending[node]--; hb.sending[node] == 0 {
+		delete(hb.sending, node)
+	}
+	hb.mu.Unlock()
+	signal(hb.work)
+}
+
+// renewBatch renews holds in one pipeline and applies the answers. Holds
+// whose renewal failed are retried; holds that Redis says are gone, or whose
+// key is not a lock any more (WRONGTYPE), are lost at once.
+func (hb *heartbeat) renewBatch(batch []*hold) {
+	l := hb.l
+	batch = hb.scheduled(batch)
+	if len(batch) == 0 {
+		return
+	}
+	timeout := batch[0].timing.timeout
+	for _, h := range batch[1:] {
+		timeout = min(timeout, h.timing.timeout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	sent := hb.clock.Now()
+	// Not request: the round trip is reported off this goroutine, below.
+	results, err := call(ctx, l, func(ctx context.Context) ([]renewReply, error) {
+		return l.store.renew(ctx, renewArgsOf(batch))
+	}, nil)
+	cancel()
+	rtt := hb.clock.Now().Sub(sent)
+	if err == nil && len(results) != len(batch) {
+		err = fmt.Errorf("guard: %d renewal replies for %d leases", len(results), len(batch))
+	}
+	if err != nil {
+		results = make([]renewReply, len(batch))
+		for i := range results {
+			results[i].err = err
+		}
+	}
+	for i, h := range batch {
+		results[i].err = redisError(h.key, results[i].err)
+	}
+	failed, lost, causes := hb.apply(batch, results, sent)
+	signal(hb.poke)
+
+	hb.endAll(lost, func(h *hold) error { return causes[h] })
+	hb.report(func() {
+		for _, f := range failed {
+			l.obs.Event(f.h.obsCtx, observe.RenewFailed, observe.Info{Key: f.h.key, Name: f.h.name, Token: f.h.token, Err: f.err})
+		}
+		l.obs.Event(context.Background(), observe.RoundTrip, observe.Info{Op: "renew", Duration: rtt, Err: err})
+		if err != nil {
+			l.log.Warn("guard: renewal failed; retrying", "leases", len(batch), "err", err)
+		}
+	})
+}
+
+// scheduled returns the holds of batch that are still scheduled: one
+// released or lost while it waited for its pipeline is not renewed.
+func (hb *heartbeat) scheduled(batch []*hold) []*hold {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return slices.DeleteFunc(batch, func(h *hold) bool { return h.index < 0 })
+}
+
+// failedRenewal is a renewal to report to observers.
+type failedRenewal struct {
+	h   *hold
+	err error
+}
+
+// apply records the answers to a pipeline sent at sent: it moves the safe
+// end of renewed holds, schedules retries of failed ones and unschedules
+// the lost ones, which it returns with their causes for endAll.
+func (hb *heartbeat) apply(batch []*hold, results []renewReply, sent time.Time) ([]failedRenewal, []*hold, map[*hold]error) {
+	var failed []failedRenewal
+	var lost []*hold
+	causes := make(map[*hold]error)
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	now := hb.clock.Now()
+	for i, h := range batch {
+		if h.index < 0 {
+			continue // released or lost meanwhile
+		}
+		cause := h.settle(results[i], sent, now)
+		switch {
+		case cause != nil:
+			heap.Remove(&hb.queue, h.index)
+			lost = append(lost, h)
+			causes[h] = cause
+		case results[i].err != nil:
+			failed = append(failed, failedRenewal{h, results[i].err})
+			fallthrough
+		default:
+			heap.Fix(&hb.queue, h.index)
+		}
+	}
+	return failed, lost, causes
+}
+
+func renewArgsOf(batch []*hold) []renewArgs {
+	args := make([]renewArgs, len(batch))
+	for i, h := range batch {
+		args[i] = renewArgs{lock: h.keys.lock, owner: h.owner, ttl: h.timing.ttl}
+	}
+	return args
+}
