@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobguard/jobguard/guard/observe"
 	"github.com/jobguard/jobguard/internal/redistest"
 )
 
@@ -99,7 +100,8 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // acquisitions run on clk.
 func newClockedLocker(t *testing.T, srv *redistest.Server, clk clock, opts ...Option) *Locker {
 	t.Helper()
-	cfg, err := newConfig(opts)
+	// A failed test may leave a lease held; Close need not wait the TTL for it.
+	cfg, err := newConfig(append([]Option{WithCloseTimeout(time.Second)}, opts...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,3 +175,63 @@ func TestHeartbeatRunsOnItsClock(t *testing.T) {
 		t.Fatalf("Release after the loss: %v, want ErrNotHeld", err)
 	}
 }
+
+// renewCounter counts renewal round trips.
+type renewCounter struct {
+	nopObserver
+	mu sync.Mutex
+	n  int
+}
+
+func (c *renewCounter) Event(_ context.Context, e observe.Event, info observe.Info) {
+	if e == observe.RoundTrip && info.Op == "renew" {
+		c.mu.Lock()
+		c.n++
+		c.mu.Unlock()
+	}
+}
+
+func (c *renewCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// A renewal that Redis refuses at once (here: OOM) is retried when the
+// clock has moved on by retryEvery, and not before: with the default
+// schedule (interval 10s, retry 1s, batch window 1s) a retry used to be
+// sent again at once, in a loop for as long as the server kept refusing.
+func TestRefusedRenewalIsRetriedOnSchedule(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := newFakeClock()
+	counter := &renewCounter{}
+	l := newClockedLocker(t, srv, clk, WithTTL(30*time.Second), WithObserver(counter))
+	le, err := l.Acquire(t.Context(), "refused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := srv.Client(t)
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
+		if err := admin.ConfigSet(t.Context(), kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(10 * time.Second)
+	eventually(t, "the renewal was refused", func() bool { return counter.count() >= 1 })
+	time.Sleep(100 * time.Millisecond) // real time for a retry loop to show; the clock stands still
+	if n := counter.count(); n != 1 {
+		t.Fatalf("%d renewal round trips with the clock standing still, want 1", n)
+	}
+	clk.Advance(h(le).timing.retryEvery())
+	eventually(t, "the retry was refused", func() bool { return counter.count() >= 2 })
+	if err := admin.ConfigSet(t.Context(), "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(h(le).timing.retryEvery())
+	eventually(t, "the next retry renewed the lease", func() bool { return l.hb.renewals(h(le)) == 1 })
+	if err := le.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func h(le *Lease) *hold { return le.h }

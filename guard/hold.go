@@ -37,7 +37,8 @@ type hold struct {
 	leaseEnd  time.Time // safe end of the lease (timing.safeEnd of the last confirmed request)
 	nextRenew time.Time
 	inFlight  bool
-	index     int // position in the heartbeat's queue, -1 when not scheduled
+	retrying  bool // the last renewal failed: nextRenew is a retry, not to be sent early
+	index     int  // position in the heartbeat's queue, -1 when not scheduled
 	renewals  int
 }
 
@@ -154,9 +155,16 @@ func (h *hold) due() time.Time {
 // renewable reports whether h may join a batch sent at now: its renewal
 // window has opened. The heartbeat wakes at the end of the first hold's
 // window and takes every hold whose window has opened, so holds acquired
-// at about the same time share a pipeline.
+// at about the same time share a pipeline. A retry has no early window: it
+// would come at once after a failure as fast as a refused connection.
 func (h *hold) renewable(now time.Time) bool {
-	return !h.inFlight && !h.nextRenew.Add(-h.timing.batchWindow()).After(now)
+	if h.inFlight {
+		return false
+	}
+	if h.retrying {
+		return !h.nextRenew.After(now)
+	}
+	return !h.nextRenew.Add(-h.timing.batchWindow()).After(now)
 }
 
 // settle applies the answer to h's renewal sent at sent and received at
@@ -169,9 +177,10 @@ func (h *hold) settle(r renewReply, sent, now time.Time) (lost error) {
 		// Not a fault that a retry outlives: the key is not a lock now.
 		return fmt.Errorf("%w: %w", ErrLeaseLost, r.err)
 	case r.err != nil:
-		h.nextRenew = now.Add(h.timing.retryEvery())
+		h.nextRenew, h.retrying = now.Add(h.timing.retryEvery()), true
 		return nil
 	case r.outcome == applied:
+		h.retrying = false
 		if end := h.timing.safeEnd(sent); end.After(h.leaseEnd) {
 			h.leaseEnd = end
 		}

@@ -206,3 +206,31 @@ func TestSettleKeepsLaterEnd(t *testing.T) {
 		t.Fatalf("leaseEnd moved from %v to %v by an older renewal", end.Sub(t0), h.leaseEnd.Sub(t0))
 	}
 }
+
+// A renewal that failed is retried retryEvery after the failure, not at
+// once: the early window that lets holds share a batch applies to their
+// regular renewals only. Against a server that refuses connections at once,
+// an early retry would loop without pause until the lease's stop time.
+func TestFailedRenewalWaitsToRetry(t *testing.T) {
+	h := testHold("a", 0)
+	var q holdQueue
+	heap.Push(&q, h)
+	failedAt := t0.Add(10 * time.Second)
+	if _, due := q.take(failedAt); len(due) != 1 {
+		t.Fatal("renewal not due at its time")
+	}
+	h.settle(renewReply{err: errors.New("connection refused")}, failedAt, failedAt)
+	heap.Fix(&q, h.index)
+	retry := h.timing.retryEvery()
+	for _, at := range []time.Duration{0, retry / 2, retry - time.Millisecond} {
+		if _, due := q.take(failedAt.Add(at)); len(due) != 0 {
+			t.Fatalf("retried %v after the failure, want %v", at, retry)
+		}
+	}
+	if next := q.next(failedAt); next != retry {
+		t.Errorf("scheduler sleeps %v after the failure, want %v", next, retry)
+	}
+	if _, due := q.take(failedAt.Add(retry)); len(due) != 1 {
+		t.Fatalf("not retried %v after the failure", retry)
+	}
+}
