@@ -99,6 +99,8 @@ type request struct {
 // responseKey is the claim key of the stored response.
 func (q *request) responseKey() string { return q.lookup + ":response" }
 
+// serve answers a guarded request with a valid key: from storage, with a
+// refusal, or by running the handler under the key's lease (locked).
 func (h *handler) serve(q *request) {
 	ctx := q.r.Context()
 	// A completed request is answered from storage without taking the lock,
@@ -177,10 +179,10 @@ func (h *handler) lockOptions(r *http.Request) []guard.LockOption {
 	return opts
 }
 
-// locked runs with the lease held, which is done only if the lease is
-// lost. Unless the request completed meanwhile, it binds the key to the
-// payload, then runs the handler and stores its response. It reports
-// whether it stored a response.
+// locked runs with the lease held; lease, its context, is done only if the
+// lease is lost. Unless the request completed meanwhile, it binds the key
+// to the payload, then runs the handler and stores its response. It
+// reports whether it stored a response.
 func (h *handler) locked(lease context.Context, q *request) bool {
 	// The handler's context ends with the lease and with the client.
 	ctx, cancel := context.WithCancelCause(lease)

@@ -79,8 +79,8 @@ func Principal(f func(*http.Request) string) Option {
 // makes itself instead of running the handler: 400, 409, 413, 422 and 503
 // (see Problem). Before calling f, the middleware sets "Cache-Control:
 // no-store" on w's header, and Retry-After for 409 (see MaxRetryAfter) and
-// 503 ("1"); f may change them. f must write the response. Default: WriteProblem. Must not be
-// nil.
+// 503 ("1"); f may change them. f must write the response. Default:
+// WriteProblem. Must not be nil.
 func DenyHandler(f func(w http.ResponseWriter, r *http.Request, p Problem)) Option {
 	return func(c *config) { c.deny = f }
 }
