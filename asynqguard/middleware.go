@@ -82,6 +82,9 @@ func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
 	})
 }
 
+// process runs one task: it takes the lease on the task's key and runs the
+// handler under it (run), or turns the failure to take it into the task's
+// result (notRun).
 func (m *middleware) process(ctx context.Context, t *asynq.Task, next asynq.Handler) error {
 	key, err := m.cfg.key(ctx, t)
 	if err != nil {

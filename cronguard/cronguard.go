@@ -127,75 +127,89 @@ func newGuarded(l *guard.Locker, name string, opts []Option) (*guarded, error) {
 	return &guarded{l: l, name: name, cfg: cfg}, nil
 }
 
-// Run claims the current tick, takes the job's lease and runs the job. It
-// is what cron calls at every activation.
+// Run is what cron calls at every activation: it claims the activation's
+// tick, runs the job under its lease if this instance won the tick, and
+// logs what became of the run.
 func (g *guarded) Run() {
-	c := &g.cfg
-	now := c.now()
-	tick, claimTTL := c.tickOf(now)
+	now := g.cfg.now()
+	tick, claimTTL := g.cfg.tickOf(now)
 	label := tick.UTC().Format(time.RFC3339Nano)
 	kv := []any{"job", g.name, "tick", tick}
-	base := c.base
-	if base.Err() != nil {
-		c.log.Info("cronguard: skip", append(kv, "reason", "base context done")...)
+	if !g.claimTick(now, label, claimTTL, kv) {
 		return
 	}
-	if c.dedupe {
-		won, err := g.l.Claim(base, g.name+"@"+label, []byte(now.Format(time.RFC3339Nano)), claimTTL)
-		switch {
-		case err != nil && base.Err() != nil:
-			c.log.Info("cronguard: skip", append(kv, "reason", "base context done")...)
-			return
-		case errors.Is(err, guard.ErrClosed):
-			c.log.Info("cronguard: skip", append(kv, "reason", "locker closed")...)
-			return
-		case err != nil:
-			c.log.Error(err, "cronguard: job not run: cannot claim the tick", kv...)
-			return
-		case !won:
-			c.log.Info("cronguard: skip", append(kv, "reason", "tick already claimed")...)
-			return
-		}
-	}
+	g.logOutcome(g.runLocked(tick, label), kv)
+}
 
-	ctx := context.WithValue(base, runKey{}, &runInfo{name: g.name, tick: tick})
-	var (
-		ran      bool
-		panicked *panicError
-	)
-	err := g.l.WithLock(ctx, g.name, func(ctx context.Context) (err error) {
-		ran = true
+// claimTick reports whether this instance runs the tick labelled label:
+// the BaseContext is not done and, unless NoDedupe, this instance claimed
+// the tick before any other. It logs why the tick is skipped.
+func (g *guarded) claimTick(now time.Time, label string, claimTTL time.Duration, kv []any) bool {
+	c := &g.cfg
+	if c.base.Err() != nil {
+		g.skip(kv, "base context done")
+		return false
+	}
+	if !c.dedupe {
+		return true
+	}
+	won, err := g.l.Claim(c.base, g.name+"@"+label, []byte(now.Format(time.RFC3339Nano)), claimTTL)
+	switch {
+	case err != nil && c.base.Err() != nil:
+		g.skip(kv, "base context done")
+	case errors.Is(err, guard.ErrClosed):
+		g.skip(kv, "locker closed")
+	case err != nil:
+		c.log.Error(err, "cronguard: job not run: cannot claim the tick", kv...)
+	case !won:
+		g.skip(kv, "tick already claimed")
+	default:
+		return true
+	}
+	return false
+}
+
+// outcome is what became of a run that went for the job's lease.
+type outcome struct {
+	ran      bool        // the lease was taken and the job called
+	panicked *panicError // the job's panic, recovered; nil if it returned
+	err      error       // from guard.Locker.WithLock
+}
+
+// runLocked runs the job under its lease, in a context that tells the job
+// its name and tick. A panic in the job is recovered, so that it is logged
+// with its stack and the lease released as after any failed run, and
+// becomes the run's error (see panicError).
+func (g *guarded) runLocked(tick time.Time, label string) outcome {
+	var o outcome
+	ctx := context.WithValue(g.cfg.base, runKey{}, &runInfo{name: g.name, tick: tick})
+	o.err = g.l.WithLock(ctx, g.name, func(ctx context.Context) (err error) {
+		o.ran = true
 		defer func() {
 			if r := recover(); r != nil {
-				panicked = newPanicError(r)
-				err = panicked
+				o.panicked = newPanicError(r)
+				err = o.panicked
 			}
 		}()
 		return g.fn(ctx)
-	}, c.lockOptions(g.name, label)...)
+	}, g.cfg.lockOptions(g.name, label)...)
+	return o
+}
 
-	switch {
-	case !ran && base.Err() != nil:
-		c.log.Info("cronguard: skip", append(kv, "reason", "base context done")...)
-	case !ran && errors.Is(err, guard.ErrNotAcquired):
-		// Contention: logged once per contentionLogEvery, not at every tick.
-		log, repeated := g.busy.report(c.now())
-		if !log {
-			return
-		}
-		reason := "still running"
-		if c.wait > 0 {
-			reason = fmt.Sprintf("still running after waiting %v", c.wait)
-		}
-		kv = append(kv, "reason", reason)
-		if repeated > 0 {
-			kv = append(kv, "repeated", repeated)
-		}
-		c.log.Info("cronguard: skip", kv...)
-	case !ran:
+// logOutcome logs what became of a run, unless it succeeded: a skip, a
+// stop for shutdown and a lost lease at Info (guard logs the loss itself),
+// a failure at Error.
+func (g *guarded) logOutcome(o outcome, kv []any) {
+	c, base := &g.cfg, g.cfg.base
+	switch err := o.err; {
+	case !o.ran && base.Err() != nil:
+		g.skip(kv, "base context done")
+	case !o.ran && errors.Is(err, guard.ErrNotAcquired):
+		g.logBusy(kv)
+	case !o.ran:
 		c.log.Error(err, "cronguard: job not run: cannot take the lease", kv...)
-	case panicked != nil:
-		c.log.Error(err, "cronguard: panic", append(kv, "stack", "...\n"+string(panicked.stack))...)
+	case o.panicked != nil:
+		c.log.Error(err, "cronguard: panic", append(kv, "stack", "...\n"+string(o.panicked.stack))...)
 	case errors.Is(err, guard.ErrLeaseLost):
 		// guard's logger reports the loss at Error; this names the tick.
 		c.log.Info("cronguard: lease lost during the run", append(kv, "err", err)...)
@@ -204,6 +218,32 @@ func (g *guarded) Run() {
 	case err != nil:
 		c.log.Error(err, "cronguard: job failed", kv...)
 	}
+}
+
+// logBusy logs a tick skipped because the job's lease is held, here or
+// elsewhere: a job longer than its period would log at every tick, so the
+// skips are logged once per contentionLogEvery, with the count of those
+// not logged.
+func (g *guarded) logBusy(kv []any) {
+	c := &g.cfg
+	log, repeated := g.busy.report(c.now())
+	if !log {
+		return
+	}
+	reason := "still running"
+	if c.wait > 0 {
+		reason = fmt.Sprintf("still running after waiting %v", c.wait)
+	}
+	kv = append(kv, "reason", reason)
+	if repeated > 0 {
+		kv = append(kv, "repeated", repeated)
+	}
+	c.log.Info("cronguard: skip", kv...)
+}
+
+// skip logs, at Info, that the tick is skipped and why.
+func (g *guarded) skip(kv []any, reason string) {
+	g.cfg.log.Info("cronguard: skip", append(kv, "reason", reason)...)
 }
 
 // panicError is a recovered panic, reported as the run's error so that

@@ -86,8 +86,9 @@
 // canceled when the lease is lost, with a cause matching guard.ErrLeaseLost,
 // and when the BaseContext is canceled (shutdown): then the lease is kept
 // until the job returns. A panic in the job is recovered and logged at
-// Error with its stack, and the lease is released. Errors the job returns,
-// lost leases and Redis errors are logged at Error; successful runs log
+// Error with its stack, and the lease is released. Errors the job returns
+// and Redis errors are logged at Error; a lost lease is logged at Error by
+// the Locker and, naming the tick, at Info by the job; successful runs log
 // nothing. An acquisition that fails for any reason but a holder that
 // Redis reported (Redis unreachable, a timeout) is an error, never taken
 // for contention.

@@ -32,7 +32,7 @@ type config struct {
 	base     context.Context
 	now      func() time.Time
 
-	errs []error // option errors, reported by validate
+	errs []error // option errors; err returns the first
 }
 
 // specParser reads what cron.New() and cron.New(cron.WithSeconds()) read:
@@ -80,9 +80,9 @@ func Parser(p cron.ScheduleParser) Option {
 }
 
 // Schedule is Spec for a schedule you parsed yourself and pass to
-// cron.Cron.Schedule. Its activations must not
-// depend on when it is asked (any cron.SpecSchedule does not); a
-// cron.ConstantDelaySchedule is taken as @every. Must not be nil.
+// cron.Cron.Schedule. Its activations must not depend on when it is asked
+// (any cron.SpecSchedule does not); a cron.ConstantDelaySchedule is taken
+// as @every. Must not be nil.
 func Schedule(s cron.Schedule) Option {
 	return func(c *config) {
 		switch d, ok := constantDelay(s); {
@@ -144,10 +144,11 @@ func TTL(d time.Duration) Option {
 
 // Logger sets where the job reports what cron itself cannot: skipped ticks
 // at Info (a tick skipped because the job still runs: once a minute at
-// most); a failed job, a recovered panic, a lost lease and a Redis error at
-// Error. Runs that succeed log nothing. Pass the
-// logger of your cron.Cron (cron.WithLogger) to see both in one place.
-// Default: a logger that discards everything. Must not be nil.
+// most); a lost lease at Info, naming the tick (the Locker's logger reports
+// the loss at Error); a failed job, a recovered panic and a Redis error at
+// Error. Runs that succeed log nothing. Pass the logger of your cron.Cron
+// (cron.WithLogger) to see both in one place. Default: a logger that
+// discards everything. Must not be nil.
 func Logger(l cron.Logger) Option {
 	return func(c *config) {
 		if l == nil || isNilPointer(l) {

@@ -27,8 +27,9 @@ var (
 	errNoKeyPresent = errors.New("no Idempotency-Key header")
 )
 
-// keyFrom returns the key of r's Idempotency-Key header: errNoKeyPresent
-// when there is none, another error when it is not a valid key.
+// keyFrom returns the key of the Idempotency-Key header in h:
+// errNoKeyPresent when there is none, another error when it is not a valid
+// key.
 func keyFrom(h http.Header) (string, error) {
 	vs := h.Values(headerKey)
 	switch len(vs) {

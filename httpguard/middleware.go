@@ -99,6 +99,8 @@ type request struct {
 // responseKey is the claim key of the stored response.
 func (q *request) responseKey() string { return q.lookup + ":response" }
 
+// serve answers a guarded request with a valid key: from storage, with a
+// refusal, or by running the handler under the key's lease (locked).
 func (h *handler) serve(q *request) {
 	ctx := q.r.Context()
 	// A completed request is answered from storage without taking the lock,
@@ -177,11 +179,12 @@ func (h *handler) lockOptions(r *http.Request) []guard.LockOption {
 	return opts
 }
 
-// locked runs with the lease held: unless the request completed
-// meanwhile, it binds the key to the payload, runs the handler and stores
-// the response unless the lease was lost. lease is done only if the lease
-// is lost. It reports whether it stored a response.
+// locked runs with the lease held; lease, its context, is done only if the
+// lease is lost. Unless the request completed meanwhile, it binds the key
+// to the payload, then runs the handler and stores its response. It
+// reports whether it stored a response.
 func (h *handler) locked(lease context.Context, q *request) bool {
+	// The handler's context ends with the lease and with the client.
 	ctx, cancel := context.WithCancelCause(lease)
 	defer cancel(nil)
 	stop := context.AfterFunc(q.r.Context(), func() { cancel(context.Cause(q.r.Context())) })
@@ -192,25 +195,40 @@ func (h *handler) locked(lease context.Context, q *request) bool {
 	if h.c.replay && h.answerFromStore(ctx, q) {
 		return false
 	}
-	// Bind the key to this payload unless an earlier request did (one whose
-	// response was not stored); from here on the handler runs.
-	stored, err := h.l.Claim(ctx, q.lookup, q.fingerprint, h.c.retention)
+	if !h.bindKey(ctx, q) {
+		return false
+	}
+	return h.serveAndStore(ctx, lease, q)
+}
+
+// bindKey binds the key to the request's payload unless an earlier request
+// did (one whose response was not stored), and reports whether the handler
+// may run: the key is bound to this payload. Otherwise it has answered.
+func (h *handler) bindKey(ctx context.Context, q *request) bool {
+	bound, err := h.l.Claim(ctx, q.lookup, q.fingerprint, h.c.retention)
 	if err != nil {
 		h.unavailable(q, err)
 		return false
 	}
-	if !stored {
-		fp, ok, err := h.l.Claimed(ctx, q.lookup)
-		if err != nil {
-			h.unavailable(q, err)
-			return false
-		}
-		if ok && !bytes.Equal(fp, q.fingerprint) {
-			h.deny(q.w, q.r, problemKeyReused())
-			return false
-		}
+	if bound {
+		return true
 	}
+	fp, ok, err := h.l.Claimed(ctx, q.lookup)
+	if err != nil {
+		h.unavailable(q, err)
+		return false
+	}
+	if ok && !bytes.Equal(fp, q.fingerprint) {
+		h.deny(q.w, q.r, problemKeyReused())
+		return false
+	}
+	return true
+}
 
+// serveAndStore runs the handler with ctx and the body read before, and,
+// unless NoReplay, stores its response for replay. It reports whether it
+// stored one.
+func (h *handler) serveAndStore(ctx, lease context.Context, q *request) bool {
 	r := q.r.WithContext(ctx)
 	r.Body = io.NopCloser(bytes.NewReader(q.body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(q.body)), nil }
@@ -236,15 +254,21 @@ func (h *handler) locked(lease context.Context, q *request) bool {
 		q.log.Debug("httpguard: handled; response not stored", "status", rec.Status, "body_over_limit", rw.overflow)
 		return false
 	}
+	return h.store(lease, q, rec)
+}
+
+// store keeps rec as the key's response for the retention window, and
+// reports whether it did. It writes with the lease's own context: the
+// response is stored also when the client has gone, and not once the
+// lease is lost.
+func (h *handler) store(lease context.Context, q *request, rec record) bool {
 	rec.Fingerprint = q.fingerprint
 	b, err := json.Marshal(rec)
 	if err != nil {
 		q.log.Error("httpguard: response not stored", "err", err)
 		return false
 	}
-	// The lease's own context: the response is stored also when the client
-	// has gone, and not once the lease is lost.
-	stored, err = h.l.Claim(lease, q.responseKey(), b, h.c.retention)
+	stored, err := h.l.Claim(lease, q.responseKey(), b, h.c.retention)
 	switch {
 	case err != nil:
 		q.log.Error("httpguard: response not stored; a retry runs the handler again", "err", err)

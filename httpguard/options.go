@@ -79,8 +79,8 @@ func Principal(f func(*http.Request) string) Option {
 // makes itself instead of running the handler: 400, 409, 413, 422 and 503
 // (see Problem). Before calling f, the middleware sets "Cache-Control:
 // no-store" on w's header, and Retry-After for 409 (see MaxRetryAfter) and
-// 503 ("1"); f may change them. f must write the response. Default: WriteProblem. Must not be
-// nil.
+// 503 ("1"); f may change them. f must write the response. Default:
+// WriteProblem. Must not be nil.
 func DenyHandler(f func(w http.ResponseWriter, r *http.Request, p Problem)) Option {
 	return func(c *config) { c.deny = f }
 }
@@ -154,6 +154,8 @@ var refusedReplayHeaders = map[string]bool{
 	"Transfer-Encoding": true, "Upgrade": true, headerReplayed: true,
 }
 
+// newConfig applies opts over the defaults and validates the result. The
+// checks run in a fixed order and the first error is returned.
 func newConfig(l *guard.Locker, opts []Option) (config, error) {
 	c := config{
 		methodNames:   []string{http.MethodPost, http.MethodPatch},
@@ -169,57 +171,109 @@ func newConfig(l *guard.Locker, opts []Option) (config, error) {
 	if l == nil {
 		return c, invalid("nil Locker")
 	}
+	if err := c.apply(opts); err != nil {
+		return c, err
+	}
+	if err := c.checkMissing(); err != nil {
+		return c, err
+	}
+	if err := c.checkLimits(); err != nil {
+		return c, err
+	}
+	if err := c.setMethods(); err != nil {
+		return c, err
+	}
+	if err := c.setReplayHeaders(); err != nil {
+		return c, err
+	}
+	if err := c.checkTTL(l); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+func (c *config) apply(opts []Option) error {
 	for _, o := range opts {
 		if o == nil {
-			return c, invalid("nil option")
+			return invalid("nil option")
 		}
-		o(&c)
+		o(c)
 	}
+	return nil
+}
+
+// checkMissing refuses an option that leaves nothing to call or guard.
+func (c *config) checkMissing() error {
 	switch {
 	case len(c.methodNames) == 0:
-		return c, invalid("Methods needs at least one method")
+		return invalid("Methods needs at least one method")
 	case c.principalSet && c.principal == nil:
-		return c, invalid("nil Principal function")
+		return invalid("nil Principal function")
 	case c.deny == nil:
-		return c, invalid("nil DenyHandler function")
+		return invalid("nil DenyHandler function")
 	case c.log == nil:
-		return c, invalid("nil Logger")
-	case c.retention < time.Millisecond:
-		return c, invalid("Retention %v must be at least 1ms", c.retention)
-	case c.maxBody <= 0:
-		return c, invalid("MaxBody %d must be positive", c.maxBody)
-	case c.maxStoredBody <= 0:
-		return c, invalid("MaxStoredBody %d must be positive", c.maxStoredBody)
-	case c.ttlSet && c.ttl <= 0:
-		return c, invalid("TTL %v must be positive", c.ttl)
-	case c.maxRetryAfter < time.Second:
-		return c, invalid("MaxRetryAfter %v must be at least 1s", c.maxRetryAfter)
+		return invalid("nil Logger")
 	}
+	return nil
+}
+
+// checkLimits refuses a duration or size out of its range.
+func (c *config) checkLimits() error {
+	switch {
+	case c.retention < time.Millisecond:
+		return invalid("Retention %v must be at least 1ms", c.retention)
+	case c.maxBody <= 0:
+		return invalid("MaxBody %d must be positive", c.maxBody)
+	case c.maxStoredBody <= 0:
+		return invalid("MaxStoredBody %d must be positive", c.maxStoredBody)
+	case c.ttlSet && c.ttl <= 0:
+		return invalid("TTL %v must be positive", c.ttl)
+	case c.maxRetryAfter < time.Second:
+		return invalid("MaxRetryAfter %v must be at least 1s", c.maxRetryAfter)
+	}
+	return nil
+}
+
+// setMethods checks the method names and sets the methods matched, upper-cased.
+func (c *config) setMethods() error {
 	c.methods = make(map[string]bool, len(c.methodNames))
 	for _, m := range c.methodNames {
 		if !isToken(m) { // before upper-casing, which maps some non-ASCII letters to ASCII
-			return c, invalid("method %q is not a valid HTTP method token", m)
+			return invalid("method %q is not a valid HTTP method token", m)
 		}
 		c.methods[strings.ToUpper(m)] = true
 	}
-	replayHeaders := make([]string, 0, len(c.replayHeaders))
+	return nil
+}
+
+// setReplayHeaders checks the replay header names and canonicalizes them,
+// as the recorder looks them up in a response's http.Header.
+func (c *config) setReplayHeaders() error {
+	names := make([]string, 0, len(c.replayHeaders))
 	for _, h := range c.replayHeaders {
 		h = http.CanonicalHeaderKey(h)
-		replayHeaders = append(replayHeaders, h)
+		names = append(names, h)
 		if !isToken(h) {
-			return c, invalid("replay header %q is not a valid header field name", h)
+			return invalid("replay header %q is not a valid header field name", h)
 		}
 		if refusedReplayHeaders[h] {
-			return c, invalid("replay header %q is computed by the server and cannot be replayed", h)
+			return invalid("replay header %q is computed by the server and cannot be replayed", h)
 		}
 	}
-	c.replayHeaders = replayHeaders
-	if c.ttlSet && l != nil {
-		if err := l.ValidateLockOptions(guard.TTL(c.ttl)); err != nil {
-			return c, fmt.Errorf("httpguard: %w", err)
-		}
+	c.replayHeaders = names
+	return nil
+}
+
+// checkTTL refuses a TTL that leaves no room for l's renewal schedule, so
+// that it fails when the server is wired, not on every request.
+func (c *config) checkTTL(l *guard.Locker) error {
+	if !c.ttlSet {
+		return nil
 	}
-	return c, nil
+	if err := l.ValidateLockOptions(guard.TTL(c.ttl)); err != nil {
+		return fmt.Errorf("httpguard: %w", err)
+	}
+	return nil
 }
 
 func invalid(format string, args ...any) error {
