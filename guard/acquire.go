@@ -185,7 +185,7 @@ func (a *acquisition) attempt(ctx context.Context) (acquireReply, error) {
 	var reply redis.Error
 	if err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrNotReplicated) && !errors.As(err, &reply) {
 		// A transport error: the script may have run and its reply been lost.
-		l.runner.run(func() { l.dropHold(k, owner, timeout) })
+		l.runner.start(func() { l.dropHold(k, owner, timeout) })
 	}
 	return rep, redisError(k.lock, err)
 }
@@ -258,15 +258,16 @@ func (a *acquisition) stopWaiting(ctx context.Context) {
 func (l *Locker) dropHold(k keys, owner string, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	_, err := l.store.setCounts(ctx, k, countArgs{owner: owner, idle: l.idleOn(k), marker: markerDrop})
+	_, err := l.store.setCounts(ctx, k, countArgs{owner: owner, releaser: l.releaser(k), marker: markerDrop})
 	if err != nil {
 		l.log.Warn("guard: could not drop an abandoned hold; it expires within its TTL", "key", k.lock, "err", err)
 	}
 }
 
-// idleOn returns the Locker's id when none of its acquisitions waits for
-// the lock, so that a release does not name it as the one to act.
-func (l *Locker) idleOn(k keys) string {
+// releaser returns the Locker's id for a release of k when none of its
+// acquisitions waits for the lock, so that the release names another
+// Locker as the one to act; "" when one of its own waits.
+func (l *Locker) releaser(k keys) string {
 	if l.notify.waiting(k.channel) {
 		return ""
 	}

@@ -23,7 +23,7 @@ func (l *Locker) Claim(ctx context.Context, key string, value []byte, ttl time.D
 		return false, fmt.Errorf("%w: claim TTL %v must be positive", ErrInvalid, ttl)
 	}
 	k := l.claimKey(key)
-	stored, err := call(ctx, l, func(ctx context.Context) (bool, error) {
+	stored, err := await(ctx, l, func(ctx context.Context) (bool, error) {
 		return l.store.claim(ctx, k, value, ttl)
 	}, nil)
 	return stored, redisError(k, err)
@@ -43,7 +43,7 @@ func (l *Locker) Claimed(ctx context.Context, key string) ([]byte, bool, error) 
 		value []byte
 		ok    bool
 	}
-	v, err := call(ctx, l, func(ctx context.Context) (claimedValue, error) {
+	v, err := await(ctx, l, func(ctx context.Context) (claimedValue, error) {
 		value, ok, err := l.store.claimed(ctx, k)
 		return claimedValue{value, ok}, err
 	}, nil)

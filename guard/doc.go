@@ -125,3 +125,16 @@
 // strictly first-come, first-served, and a stream of readers can hold off a
 // writer.
 package guard
+
+// Reading the code: the lease protocol in the order a WithLock runs it.
+//
+//	locker.go      Locker, New, the public calls, WithLock's run, Close
+//	acquire.go     one acquisition: re-entry, attempts, the wait between them
+//	store.go       the seam: what the Locker asks of where leases live, typed
+//	redis_store.go that seam on one Redis deployment; scripts/*.lua
+//	hold.go        the hold a lease shares with its re-entries, and its end
+//	heartbeat.go   when to renew, when to tell a job to stop (timing.go: the rules)
+//	renewal.go     sending renewals in pipelines per node, applying answers
+//	release.go     releasing a lease, retried safely
+//	notify.go      waking waiters on release notifications (subscribe.go: connections)
+//	lease.go, claim.go, options.go, errors.go, observe.go, runner.go: the rest

@@ -145,7 +145,7 @@ func (hb *heartbeat) endAll(lost []*hold, cause func(*hold) error) {
 // so that a slow log handler or observer holds up no renewal and no stop
 // deadline. After Close has stopped the runner, f runs here.
 func (hb *heartbeat) report(f func()) {
-	if !hb.l.runner.run(f) {
+	if !hb.l.runner.start(f) {
 		f()
 	}
 }

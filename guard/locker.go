@@ -121,17 +121,17 @@ func (l *Locker) AcquireRead(ctx context.Context, key string, opts ...LockOption
 // returns fn's error, joined with the loss cause when the lease was lost
 // during the run. A panic in fn releases the lease and continues.
 func (l *Locker) WithLock(ctx context.Context, key string, fn func(context.Context) error, opts ...LockOption) error {
-	return l.run(ctx, key, true, fn, opts)
+	return l.withLock(ctx, key, true, fn, opts)
 }
 
 // WithReadLock is WithLock with a read lease.
 func (l *Locker) WithReadLock(ctx context.Context, key string, fn func(context.Context) error, opts ...LockOption) error {
-	return l.run(ctx, key, false, fn, opts)
+	return l.withLock(ctx, key, false, fn, opts)
 }
 
-// run is WithLock: acquire, run fn, release. It is one Run phase for the
+// withLock is WithLock: acquire, run fn, release. It is one Run phase for the
 // observer.
-func (l *Locker) run(ctx context.Context, key string, write bool, fn func(context.Context) error, opts []LockOption) error {
+func (l *Locker) withLock(ctx context.Context, key string, write bool, fn func(context.Context) error, opts []LockOption) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)
 	}

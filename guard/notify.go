@@ -13,7 +13,7 @@ import (
 // Cluster it has one per hash slot that has waiters (sharded pub/sub), see
 // shardFor. Waiters on a channel queue in
 // order. A Locker with waiters registers in the lock's zset of waiting
-// Lockers (acquire.lua), and a release names one of them (update.lua): that
+// Lockers (acquire.lua), and a release names one of them (set_counts.lua): that
 // Locker wakes its first waiter, the others stay asleep, so a hand-off costs
 // one retry in the whole fleet. If the named Locker does not take the key
 // within handOffGrace (it crashed, or its waiters just left), the others wake
@@ -148,7 +148,7 @@ func (n *notifier) confirmed(channel string) {
 	}
 }
 
-// released wakes waiters for a message of update.lua or acquire.lua: "read"
+// released wakes waiters for a message of set_counts.lua or acquire.lua: "read"
 // lets readers in; "taken" says a waiter got the key; the others name the
 // Locker whose first waiter (and the readers behind a reader) should try.
 func (n *notifier) released(channel, payload string) {
@@ -241,7 +241,7 @@ func (w *waiter) leave() {
 	}
 	n.mu.Unlock()
 	if last {
-		n.l.runner.run(func() { n.stopWaiting(st) })
+		n.l.runner.start(func() { n.stopWaiting(st) })
 	}
 }
 

@@ -18,8 +18,8 @@ var (
 	acquireLua string
 	//go:embed scripts/renew.lua
 	renewLua string
-	//go:embed scripts/update.lua
-	updateLua string
+	//go:embed scripts/set_counts.lua
+	setCountsLua string
 )
 
 // redisStore keeps leases in one Redis deployment: a *redis.Client
@@ -34,7 +34,7 @@ type redisStore struct {
 	// Scripts are compiled per store rather than as package variables,
 	// keeping the package free of global state; redis.NewScript only
 	// hashes the source.
-	acquireScript, renewScript, updateScript *redis.Script
+	acquireScript, renewScript, setCountsScript *redis.Script
 
 	replicas       int // WAIT for this many replicas after acquisitions and renewals; 0: don't
 	replicaTimeout time.Duration
@@ -42,13 +42,13 @@ type redisStore struct {
 
 func newRedisStore(client redis.UniversalClient, replicas int, replicaTimeout time.Duration) *redisStore {
 	s := &redisStore{
-		client:         client,
-		publish:        "PUBLISH",
-		acquireScript:  redis.NewScript(preludeLua + acquireLua),
-		renewScript:    redis.NewScript(preludeLua + renewLua),
-		updateScript:   redis.NewScript(preludeLua + updateLua),
-		replicas:       replicas,
-		replicaTimeout: replicaTimeout,
+		client:          client,
+		publish:         "PUBLISH",
+		acquireScript:   redis.NewScript(preludeLua + acquireLua),
+		renewScript:     redis.NewScript(preludeLua + renewLua),
+		setCountsScript: redis.NewScript(preludeLua + setCountsLua),
+		replicas:        replicas,
+		replicaTimeout:  replicaTimeout,
 	}
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		s.cluster, s.publish = cc, "SPUBLISH"
@@ -89,9 +89,9 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 func (s *redisStore) setCounts(ctx context.Context, k keys, a countArgs) (outcome, error) {
 	call := scriptCall{
 		keys: []string{k.lock, k.channel, k.waiters, k.doneMarker(a.owner)},
-		args: []any{a.owner, a.writes, a.reads, s.publish, a.idle, ms(a.marker)},
+		args: []any{a.owner, a.writes, a.reads, s.publish, a.releaser, ms(a.marker)},
 	}
-	cmds, _, err := s.runScript(ctx, s.updateScript, k.lock, []scriptCall{call}, false)
+	cmds, _, err := s.runScript(ctx, s.setCountsScript, k.lock, []scriptCall{call}, false)
 	if err != nil {
 		return 0, err
 	}

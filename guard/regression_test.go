@@ -65,7 +65,7 @@ func TestRenewDoesNotExtendMinHold(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	acquire := redis.NewScript(readScript(t, "prelude.lua") + readScript(t, "acquire.lua"))
-	update := redis.NewScript(readScript(t, "prelude.lua") + readScript(t, "update.lua"))
+	update := redis.NewScript(readScript(t, "prelude.lua") + readScript(t, "set_counts.lua"))
 	renew := redis.NewScript(readScript(t, "prelude.lua") + readScript(t, "renew.lua"))
 	k := []string{"guard:{m}", "guard:{m}:fence", "guard:{m}:waiters", "guard:{m}:released"}
 	if _, err := acquire.Run(t.Context(), c, k, "o1", 10000, "w", 300, "", 0, "PUBLISH", 0).Int64Slice(); err != nil {

@@ -97,7 +97,7 @@ func (hb *heartbeat) renewBatch(batch []*hold) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	sent := hb.clock.Now()
 	// Not request: the round trip is reported off this goroutine, below.
-	results, err := call(ctx, l, func(ctx context.Context) ([]renewReply, error) {
+	results, err := await(ctx, l, func(ctx context.Context) ([]renewReply, error) {
 		return l.store.renew(ctx, renewArgsOf(batch))
 	}, nil)
 	cancel()

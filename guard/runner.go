@@ -9,7 +9,7 @@ import (
 	"github.com/jobguard/jobguard/guard/observe"
 )
 
-// runner runs requests for call, and reports that must not hold up the
+// runner runs requests for await, and reports that must not hold up the
 // heartbeat, on a few long-lived goroutines, started
 // lazily and stopped by Close. A fresh goroutine per request would grow its
 // stack through go-redis's call depth every time, which costs more than the
@@ -28,9 +28,9 @@ type runner struct {
 // on goroutines of their own.
 const runnerWorkers = 2
 
-// run runs f on a goroutine of the runner and reports whether it did; after
-// stop it runs nothing and returns false.
-func (r *runner) run(f func()) bool {
+// start runs f on a goroutine of the runner and reports whether it did;
+// after stop it runs nothing and returns false.
+func (r *runner) start(f func()) bool {
 	r.mu.Lock()
 	if r.stopped {
 		r.mu.Unlock()
@@ -75,13 +75,13 @@ func (r *runner) stop() {
 	r.wg.Wait()
 }
 
-// call runs fn and returns when it does or when ctx is done, whichever comes
+// await runs fn and returns when it does or when ctx is done, whichever comes
 // first. go-redis does not interrupt a blocked read when a context is
 // canceled, so without this a partitioned server would hold the caller for
 // the client's ReadTimeout. An abandoned fn keeps running on a goroutine
 // owned by the Locker (Close waits for it) and its result goes to abandoned,
 // which may clean up after it (release a lock it turned out to acquire).
-func call[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, error), abandoned func(T, error)) (T, error) {
+func await[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, error), abandoned func(T, error)) (T, error) {
 	if ctx.Done() == nil {
 		return fn(ctx)
 	}
@@ -99,7 +99,7 @@ func call[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, er
 	// deadline stops go-redis's retries and pool waits (and, with the
 	// client's ContextTimeoutEnabled, its reads).
 	fnCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(l.cfg.requestTimeout, time.Second))
-	started := l.runner.run(func() {
+	started := l.runner.start(func() {
 		defer cancel()
 		v, err := fn(fnCtx)
 		if claimed.CompareAndSwap(false, true) {
@@ -126,11 +126,11 @@ func call[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, er
 	}
 }
 
-// request runs one store operation for the Locker through call and reports
+// request runs one store operation for the Locker through await and reports
 // its round trip to the observer; rt names it (Op, Key, Name).
 func request[T any](ctx context.Context, l *Locker, rt observe.Info, fn func(context.Context) (T, error), abandoned func(T, error)) (T, error) {
 	start := time.Now()
-	v, err := call(ctx, l, fn, abandoned)
+	v, err := await(ctx, l, fn, abandoned)
 	rt.Duration, rt.Err = time.Since(start), err
 	l.obs.Event(ctx, observe.RoundTrip, rt)
 	return v, err

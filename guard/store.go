@@ -12,12 +12,12 @@ import (
 // masters (Redlock) is meant to be a second store, not a second Locker.
 //
 // A store's requests may run past their ctx (go-redis does not interrupt a
-// blocked read); the Locker bounds them (see call). Errors are go-redis's,
+// blocked read); the Locker bounds them (see await). Errors are go-redis's,
 // except ErrNotReplicated; the Locker puts them in this package's terms.
 type store interface {
 	// acquire makes one attempt at a fresh hold (acquire.lua).
 	acquire(ctx context.Context, k keys, a acquireArgs) (acquireReply, error)
-	// setCounts sets an owner's hold counts (update.lua): a re-entry, a
+	// setCounts sets an owner's hold counts (set_counts.lua): a re-entry, a
 	// partial release, or with 0 and 0 the final release.
 	setCounts(ctx context.Context, k keys, a countArgs) (outcome, error)
 	// renew extends holds that share a renewal group, in one round trip
@@ -100,9 +100,10 @@ type acquireReply struct {
 type countArgs struct {
 	owner         string
 	writes, reads int
-	// idle is the releasing Locker's id when none of its acquisitions waits
-	// for the key, so the release does not name it as the one to act; "".
-	idle string
+	// releaser is the releasing Locker's id when none of its acquisitions
+	// waits for the key, so the release names another Locker to act; "" when
+	// one of its own waits and may take the key.
+	releaser string
 	// marker, for a final release, is how long Redis remembers that it
 	// applied, so a retry can tell; markerDrop drops a hold its caller never
 	// got, at once, ignoring MinHold.

@@ -23,7 +23,7 @@ func (n *notifier) subscribe(ctx context.Context, channel string, st *channelSta
 	if subscribed {
 		return nil
 	}
-	_, err = call(ctx, n.l, func(ctx context.Context) (struct{}, error) {
+	_, err = await(ctx, n.l, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, sh.feed.subscribe(ctx, channel)
 	}, nil)
 	return err

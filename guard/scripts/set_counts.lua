@@ -1,4 +1,4 @@
--- update.lua: set an owner's hold counts; re-entry, partial and final release.
+-- set_counts.lua: set an owner's hold counts: re-entry, downgrade, partial and final release.
 -- Counts are set, not incremented, so a retried call is harmless.
 -- KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] waiting Lockers (see acquire.lua),
 -- KEYS[4] the owner's release marker
