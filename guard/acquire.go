@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jobguard/jobguard/guard/observe"
-	"github.com/redis/go-redis/v9"
 )
 
 // acquire re-enters the hold on key that ctx carries, or takes the key
@@ -170,7 +169,7 @@ func (a *acquisition) attempt(ctx context.Context) (acquireReply, error) {
 	l, k, owner, timeout := a.l, a.keys, a.args.owner, a.timing.timeout
 	rep, err := request(ctx, l, observe.Info{Op: "acquire", Key: a.key, Name: a.lc.name}, func(ctx context.Context) (acquireReply, error) {
 		rep, err := l.store.acquire(ctx, k, a.args)
-		if errors.Is(err, ErrNotReplicated) {
+		if rep.acquired && err != nil { // held, but not well enough to rely on
 			l.dropHold(k, owner, l.cfg.requestTimeout)
 		}
 		return rep, err
@@ -182,9 +181,9 @@ func (a *acquisition) attempt(ctx context.Context) (acquireReply, error) {
 	if a.waiter != nil && err == nil {
 		a.waiter.woken = false // the attempt saw the key after the wake-up
 	}
-	var reply redis.Error
-	if err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrNotReplicated) && !errors.As(err, &reply) {
-		// A transport error: the script may have run and its reply been lost.
+	var noReply *noReplyError
+	if errors.As(err, &noReply) && ctx.Err() == nil {
+		// The script may have run and its reply been lost.
 		l.runner.start(func() { l.dropHold(k, owner, timeout) })
 	}
 	return rep, redisError(k.lock, err)

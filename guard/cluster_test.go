@@ -239,3 +239,69 @@ func TestClusterHungMasterLosesOnlyItsLeases(t *testing.T) {
 		t.Errorf("Release of the lost lease: %v, want ErrNotHeld", err)
 	}
 }
+
+// After a slot moves to a master whose script cache lacks the scripts (a
+// resharding, a promoted replica), the first Acquire on it must still work:
+// before the refactor a NOSCRIPT fell back to EVAL, which follows MOVED.
+func TestAcquireAfterSlotMovedToColdMaster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	cc := c.Client(t)
+	l, err := guard.New(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	fails := 0
+	for i := range 10 {
+		name := fmt.Sprintf("mv%d", i)
+		from := c.MasterOf(t, "guard:{"+name+"}")
+		// Warm up: the client knows the slot map; the scripts are cached on from.
+		warm := ""
+		for j := 0; ; j++ {
+			w := fmt.Sprintf("w%d-%d", i, j)
+			if c.MasterOf(t, "guard:{"+w+"}") == from {
+				warm = w
+				break
+			}
+		}
+		le, err := l.Acquire(t.Context(), warm, guard.FenceTTL(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = le.Release(t.Context())
+		var to *redistest.Server
+		for _, n := range c.Nodes() {
+			if n != from {
+				to = n
+				break
+			}
+		}
+		toClient := to.Client(t)
+		toID, err := toClient.ClusterMyID(t.Context()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slot, err := toClient.ClusterKeySlot(t.Context(), "guard:{"+name+"}").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range c.Nodes() {
+			if err := n.Client(t).Do(t.Context(), "CLUSTER", "SETSLOT", slot, "NODE", toID).Err(); err != nil {
+				t.Fatalf("SETSLOT on %s: %v", n.Addr(), err)
+			}
+		}
+		if err := toClient.ScriptFlush(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		le, err = l.Acquire(context.Background(), name, guard.Wait(0))
+		if err != nil {
+			fails++
+			t.Logf("attempt %d: Acquire after the slot moved: %v", i, err)
+			continue
+		}
+		_ = le.Release(t.Context())
+	}
+	if fails > 0 {
+		t.Fatalf("%d of 10 acquisitions failed right after their slot moved", fails)
+	}
+}

@@ -3,7 +3,6 @@ package guard
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -43,8 +42,9 @@ var (
 	ErrWrongType = errors.New("guard: key holds another Redis type")
 
 	// ErrNotReplicated means WithReplicaAck was set and too few replicas
-	// acknowledged an acquisition in time; the hold was released. It is not
-	// contention: the key may be free.
+	// acknowledged a request in time. For an acquisition, the hold was
+	// released; it is not contention: the key may be free. For a renewal, it
+	// counts as a failed renewal, retried until the lease's stop time.
 	ErrNotReplicated = errors.New("guard: not acknowledged by enough replicas")
 
 	// ErrInvalid reports a bad argument or option: nil client, empty key,
@@ -76,13 +76,10 @@ func HeldFor(err error) (time.Duration, bool) {
 	return 0, false
 }
 
-// redisError puts an error from a request about key in this package's terms.
+// redisError names key in the error of a request about it.
 func redisError(key string, err error) error {
 	if err == nil {
 		return nil
-	}
-	if strings.HasPrefix(err.Error(), "WRONGTYPE") {
-		return fmt.Errorf("%w: lock %q: %s", ErrWrongType, key, strings.TrimPrefix(err.Error(), "WRONGTYPE "))
 	}
 	return fmt.Errorf("guard: lock %q: %w", key, err)
 }

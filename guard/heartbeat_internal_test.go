@@ -47,6 +47,30 @@ func (c *fakeClock) Advance(d time.Duration) {
 	}
 }
 
+// waitArmed waits, in real time, until a timer is armed to fire at at: the
+// heartbeat arms its timer after it looked at the clock, and a clock moved
+// in between would leave the timer counting from the later time.
+func (c *fakeClock) waitArmed(t *testing.T, at time.Time) {
+	t.Helper()
+	eventually(t, "a timer is armed at t0+"+at.Sub(t0).String(), func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, tm := range c.timers {
+			if tm.active && tm.at.Equal(at) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// advanceTo waits until a timer is armed at at and moves the clock there.
+func (c *fakeClock) advanceTo(t *testing.T, at time.Time) {
+	t.Helper()
+	c.waitArmed(t, at)
+	c.Advance(at.Sub(c.Now()))
+}
+
 type fakeTimer struct {
 	c      *fakeClock
 	ch     chan time.Time
@@ -125,17 +149,18 @@ func TestHeartbeatRunsOnItsClock(t *testing.T) {
 	h := le.h
 	renewals := func() int { return l.hb.renewals(h) }
 
-	clk.Advance(8 * time.Second) // before the window opens at 9s
+	clk.waitArmed(t, t0.Add(10*time.Second)) // the renewal's time; its window opens at 9s
+	clk.Advance(8 * time.Second)
 	if n := renewals(); n != 0 {
 		t.Fatalf("renewed %d times before the renewal window opened", n)
 	}
-	clk.Advance(2 * time.Second) // t0+10s
+	clk.advanceTo(t, t0.Add(10*time.Second))
 	eventually(t, "the first renewal is confirmed", func() bool { return renewals() == 1 })
 	sent := t0.Add(10 * time.Second) // the clock did not move while it was on the wire
 
-	// Redis stops answering: the next renewal (window at t0+19s) stays on
-	// the wire, and the job must be told at the stop time of the one
-	// confirmed at t0+10s.
+	// Redis stops answering: the next renewal (due at t0+20s) stays on the
+	// wire, and the job must be told at the stop time of the one confirmed
+	// at t0+10s.
 	srv.Pause(t)
 	resumed := false
 	defer func() {
@@ -143,7 +168,7 @@ func TestHeartbeatRunsOnItsClock(t *testing.T) {
 			srv.Resume(t)
 		}
 	}()
-	clk.Advance(10 * time.Second) // t0+20s
+	clk.advanceTo(t, t0.Add(20*time.Second))
 	eventually(t, "the second renewal is on the wire", func() bool {
 		l.hb.mu.Lock()
 		defer l.hb.mu.Unlock()
@@ -153,6 +178,7 @@ func TestHeartbeatRunsOnItsClock(t *testing.T) {
 	if want := sent.Add(30*time.Second - 302*time.Millisecond - 3*time.Second); !stop.Equal(want) {
 		t.Fatalf("stop time %v after t0, want %v", stop.Sub(t0), want.Sub(t0))
 	}
+	clk.waitArmed(t, stop)
 	clk.Advance(stop.Sub(clk.Now()) - time.Millisecond)
 	select {
 	case <-le.Context().Done():
@@ -216,18 +242,19 @@ func TestRefusedRenewalIsRetriedOnSchedule(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	clk.Advance(10 * time.Second)
+	clk.advanceTo(t, t0.Add(10*time.Second))
 	eventually(t, "the renewal was refused", func() bool { return counter.count() >= 1 })
 	time.Sleep(100 * time.Millisecond) // real time for a retry loop to show; the clock stands still
 	if n := counter.count(); n != 1 {
 		t.Fatalf("%d renewal round trips with the clock standing still, want 1", n)
 	}
-	clk.Advance(h(le).timing.retryEvery())
+	retry := h(le).timing.retryEvery()
+	clk.advanceTo(t, t0.Add(10*time.Second+retry))
 	eventually(t, "the retry was refused", func() bool { return counter.count() >= 2 })
 	if err := admin.ConfigSet(t.Context(), "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(h(le).timing.retryEvery())
+	clk.advanceTo(t, t0.Add(10*time.Second+2*retry))
 	eventually(t, "the next retry renewed the lease", func() bool { return l.hb.renewals(h(le)) == 1 })
 	if err := le.Release(t.Context()); err != nil {
 		t.Fatal(err)
@@ -235,3 +262,39 @@ func TestRefusedRenewalIsRetriedOnSchedule(t *testing.T) {
 }
 
 func h(le *Lease) *hold { return le.h }
+
+// heldTime records how long the holds it is told about lasted.
+type heldTime struct {
+	nopObserver
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (o *heldTime) Event(_ context.Context, e observe.Event, info observe.Info) {
+	if e == observe.Held && info.Delta < 0 {
+		o.mu.Lock()
+		o.d = append(o.d, info.Duration)
+		o.mu.Unlock()
+	}
+}
+
+// A hold's duration is measured on the Locker's clock, like its schedule.
+func TestHoldDurationOnLockerClock(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := newFakeClock()
+	obs := &heldTime{}
+	l := newClockedLocker(t, srv, clk, WithTTL(30*time.Second), WithObserver(obs))
+	le, err := l.Acquire(t.Context(), "dur")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(5 * time.Second) // before any renewal is due
+	if err := le.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(obs.d) != 1 || obs.d[0] != 5*time.Second {
+		t.Fatalf("Held(-1).Duration = %v, want [5s]", obs.d)
+	}
+}

@@ -117,7 +117,7 @@ func (h *hold) reportLost(cause error) {
 		l.log.Error("guard: lease lost", "key", h.key, "token", h.token, "cause", cause)
 	}
 	l.obs.Event(h.obsCtx, observe.LeaseLost, observe.Info{Key: h.key, Name: h.name, Token: h.token, Err: cause})
-	l.obs.Event(h.obsCtx, observe.Held, observe.Info{Key: h.key, Name: h.name, Token: h.token, Delta: -1, Result: "lost", Duration: time.Since(h.start)})
+	l.obs.Event(h.obsCtx, observe.Held, observe.Info{Key: h.key, Name: h.name, Token: h.token, Delta: -1, Result: "lost", Duration: l.clock.Now().Sub(h.start)})
 }
 
 // lossCause returns why the hold was lost, or nil while it is held or when

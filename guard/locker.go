@@ -161,6 +161,7 @@ func (l *Locker) runLocked(ctx context.Context, le *Lease, fn func(context.Conte
 		stop()
 		cancel(context.Canceled)
 		err = l.endRun(ctx, le, err, info)
+		info.Err = err // for the observer, should fn have panicked
 	}()
 	return fn(jobCtx)
 }
@@ -254,6 +255,7 @@ func (l *Locker) Close() error {
 		l.hb.close()
 		l.notify.close()
 		l.runner.stop()
+		_ = l.store.close()
 	})
 	return nil
 }

@@ -22,15 +22,18 @@ func (nopObserver) Event(context.Context, observe.Event, observe.Info) {}
 
 // observed runs op as one phase for the Locker's observer: op fills in the
 // outcome, the wrapper records the error and ends the phase, also when op
-// panics (a WithLock job). This is the only place that begins and ends
+// panics (a WithLock job); then the error is what op left in info.Err. This is the only place that begins and ends
 // phases.
 func (l *Locker) observed(ctx context.Context, phase observe.Phase, info observe.Info, op func(context.Context, *observe.Info) error) (err error) {
 	ctx = l.obs.Begin(ctx, phase, info)
 	returned := false
 	defer func() {
-		info.Err = err
-		if !returned {
-			info.Err = errors.Join(err, errPanicked)
+		if returned {
+			info.Err = err
+		} else {
+			// op's error never came back; what it recorded in info (a
+			// WithLock's loss, say) did.
+			info.Err = errors.Join(info.Err, errPanicked)
 		}
 		l.obs.End(ctx, phase, info)
 	}()

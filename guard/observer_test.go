@@ -125,3 +125,109 @@ func TestObserverResults(t *testing.T) {
 		t.Fatalf("%d held events after failed acquisitions, want 0", n)
 	}
 }
+
+// phaseRec records phases, events and the context each round trip came with.
+type phaseRec struct {
+	mu     sync.Mutex
+	begun  map[observe.Phase]int
+	ended  map[observe.Phase][]observe.Info
+	events map[observe.Event][]observe.Info
+	rtCtx  map[string][]observe.Phase // Op -> phase found in the round trip's ctx (0: none)
+}
+
+type phaseRecKey struct{}
+
+func newPhaseRec() *phaseRec {
+	return &phaseRec{begun: map[observe.Phase]int{}, ended: map[observe.Phase][]observe.Info{},
+		events: map[observe.Event][]observe.Info{}, rtCtx: map[string][]observe.Phase{}}
+}
+func (r *phaseRec) Begin(ctx context.Context, p observe.Phase, _ observe.Info) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.begun[p]++
+	return context.WithValue(ctx, phaseRecKey{}, p)
+}
+func (r *phaseRec) End(_ context.Context, p observe.Phase, info observe.Info) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ended[p] = append(r.ended[p], info)
+}
+func (r *phaseRec) Event(ctx context.Context, k observe.Event, info observe.Info) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events[k] = append(r.events[k], info)
+	if k == observe.RoundTrip {
+		p, _ := ctx.Value(phaseRecKey{}).(observe.Phase)
+		r.rtCtx[info.Op] = append(r.rtCtx[info.Op], p)
+	}
+}
+
+// A job that panics after its lease was lost: the Run phase's End must
+// still carry the loss (old code: errors.Join(cause, errPanicked)).
+func TestRunPhaseKeepsLossWhenJobPanics(t *testing.T) {
+	srv, _ := newLockers(t, 0)
+	rec := newPhaseRec()
+	l := newLocker(t, srv.Addr(), guard.WithObserver(rec))
+	admin := srv.Client(t)
+	func() {
+		defer func() { _ = recover() }()
+		_ = l.WithLock(t.Context(), "pl", func(context.Context) error {
+			if err := admin.Del(t.Context(), "guard:{pl}").Err(); err != nil {
+				t.Error(err)
+			}
+			panic("boom")
+		})
+	}()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	run := rec.ended[observe.Run][0]
+	t.Logf("Run End: Result=%q Err=%v", run.Result, run.Err)
+	if run.Result != "lost" || !errors.Is(run.Err, guard.ErrLeaseLost) {
+		t.Fatalf("Run End after a panic with a lost lease: Result %q, Err %v; want lost and an Err matching ErrLeaseLost", run.Result, run.Err)
+	}
+}
+
+// Acquire with the context of a released lease is one fresh acquisition:
+// one Acquire phase (before the refactor the observer saw an empty
+// re-entry phase and then the fresh one).
+func TestAcquireWithReleasedContextIsOnePhase(t *testing.T) {
+	srv, _ := newLockers(t, 0)
+	rec := newPhaseRec()
+	l := newLocker(t, srv.Addr(), guard.WithObserver(rec))
+	le := mustAcquire(t, t.Context(), l, "rr")
+	mustRelease(t, le)
+	le2 := mustAcquire(t, context.WithoutCancel(le.Context()), l, "rr")
+	mustRelease(t, le2)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if n := rec.begun[observe.Acquire]; n != 2 || len(rec.ended[observe.Acquire]) != 2 {
+		t.Fatalf("Acquire phases begun %d, ended %d; want 2 each", n, len(rec.ended[observe.Acquire]))
+	}
+	if second := rec.ended[observe.Acquire][1]; second.Reentrant || second.Result != "acquired" || second.Attempts != 1 {
+		t.Fatalf("second Acquire = %+v; want a fresh acquisition in one attempt", second)
+	}
+}
+
+// Round trips name the key as the caller gave it (Info.Key) and come with
+// the context of the phase they belong to.
+func TestRoundTripInfo(t *testing.T) {
+	srv, _ := newLockers(t, 0)
+	rec := newPhaseRec()
+	l := newLocker(t, srv.Addr(), guard.WithObserver(rec))
+	if err := l.WithLock(t.Context(), "rt", func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, e := range rec.events[observe.RoundTrip] {
+		if e.Key != "rt" {
+			t.Errorf("%s round trip Key = %q, want %q", e.Op, e.Key, "rt")
+		}
+	}
+	want := map[string]observe.Phase{"acquire": observe.Acquire, "release": observe.Release}
+	for op, phase := range want {
+		if got := rec.rtCtx[op]; len(got) != 1 || got[0] != phase {
+			t.Errorf("%s round trips came with phases %v, want [%v]", op, got, phase)
+		}
+	}
+}

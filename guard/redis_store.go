@@ -67,23 +67,20 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 	}
 	cmds, unacked, err := s.runScript(ctx, s.acquireScript, k.lock, []scriptCall{call}, true)
 	if err != nil {
-		return acquireReply{}, err
+		return acquireReply{}, classify(err)
 	}
 	vals, err := cmds[0].Int64Slice()
 	switch {
 	case err != nil:
-		return acquireReply{}, err
+		return acquireReply{}, classify(err)
 	case len(vals) != 2:
 		return acquireReply{}, fmt.Errorf("guard: unexpected acquire reply %v", vals)
 	case vals[0] != 1:
 		return acquireReply{heldFor: time.Duration(vals[1]) * time.Millisecond}, nil
 	}
-	rep := acquireReply{acquired: true, token: vals[1]}
-	if unacked != nil {
-		// The caller drops the hold: nobody may rely on one a failover could forget.
-		return rep, unacked
-	}
-	return rep, nil
+	// Unacknowledged, the hold is acquired and an error: the Locker drops it,
+	// since nobody may rely on a hold a failover could forget.
+	return acquireReply{acquired: true, token: vals[1]}, unacked
 }
 
 func (s *redisStore) setCounts(ctx context.Context, k keys, a countArgs) (outcome, error) {
@@ -93,10 +90,10 @@ func (s *redisStore) setCounts(ctx context.Context, k keys, a countArgs) (outcom
 	}
 	cmds, _, err := s.runScript(ctx, s.setCountsScript, k.lock, []scriptCall{call}, false)
 	if err != nil {
-		return 0, err
+		return 0, classify(err)
 	}
 	res, err := cmds[0].Int64()
-	return outcome(res), err
+	return outcome(res), classify(err)
 }
 
 func (s *redisStore) renew(ctx context.Context, batch []renewArgs) ([]renewReply, error) {
@@ -106,11 +103,12 @@ func (s *redisStore) renew(ctx context.Context, batch []renewArgs) ([]renewReply
 	}
 	cmds, unacked, err := s.runScript(ctx, s.renewScript, batch[0].lock, calls, true)
 	if err != nil {
-		return nil, err
+		return nil, classify(err)
 	}
 	out := make([]renewReply, len(batch))
 	for i, c := range cmds {
 		res, err := c.Int64()
+		err = classify(err)
 		if err == nil && unacked != nil {
 			err = unacked // renewed on the master only: a failover could forget it
 		}
@@ -141,39 +139,56 @@ type scriptCall struct {
 
 // runScript sends calls of sc in one round trip, followed by WAIT when ack
 // is set and the store waits for replicas. A server whose script cache
-// lacks sc (after a restart, a failover, on a new Cluster node) gets it
-// loaded, on the node that serves route, and the calls sent once more.
-// It returns each call's reply; unacked, when too few replicas acknowledged;
-// and err when the script could not be loaded.
+// lacks sc (after a restart, a failover, on a new Cluster node) gets the
+// source instead: one call is sent again as EVAL, which follows a Cluster
+// redirection as EVALSHA does; a pipeline first has sc loaded on the node
+// that serves route and is sent again, then as EVAL if that node was not the
+// one that answered. It returns each call's reply; unacked, when too few
+// replicas acknowledged; and err when the script could not be loaded.
 func (s *redisStore) runScript(ctx context.Context, sc *redis.Script, route string, calls []scriptCall, ack bool) (cmds []*redis.Cmd, unacked, err error) {
 	wait := ack && s.replicas > 0
 	for attempt := 0; ; attempt++ {
 		var waited *redis.Cmd
-		if len(calls) == 1 && !wait {
+		switch {
+		case len(calls) == 1 && !wait && attempt == 0:
 			// One command needs no pipeline, and costs less without one.
 			cmds = []*redis.Cmd{sc.EvalSha(ctx, s.client, calls[0].keys, calls[0].args...)}
-		} else {
-			pipe := s.client.Pipeline()
-			cmds = make([]*redis.Cmd, len(calls))
-			for i, c := range calls {
-				cmds[i] = sc.EvalSha(ctx, pipe, c.keys, c.args...)
-			}
-			if wait {
-				waited = pipe.Do(ctx, "WAIT", s.replicas, ms(s.replicaTimeout))
-			}
-			_, _ = pipe.Exec(ctx) // each command carries its own error
+		case len(calls) == 1 && !wait:
+			cmds = []*redis.Cmd{sc.Eval(ctx, s.client, calls[0].keys, calls[0].args...)}
+		default:
+			cmds, waited = s.pipeline(ctx, sc, calls, wait, attempt == 2)
 		}
-		if attempt == 0 && anyNoScript(cmds) {
+		if !anyNoScript(cmds) || attempt == 2 || (attempt == 1 && len(calls) == 1 && !wait) {
+			if waited != nil {
+				unacked = s.checkAck(waited)
+			}
+			return cmds, unacked, nil
+		}
+		if attempt == 0 && (len(calls) > 1 || wait) {
 			if err := sc.Load(ctx, s.scripter(ctx, route)).Err(); err != nil {
 				return nil, nil, err
 			}
-			continue
 		}
-		if waited != nil {
-			unacked = s.checkAck(waited)
-		}
-		return cmds, unacked, nil
 	}
+}
+
+// pipeline sends calls of sc, by hash or, with source, as EVAL, and WAIT
+// after them when wait is set.
+func (s *redisStore) pipeline(ctx context.Context, sc *redis.Script, calls []scriptCall, wait, source bool) (cmds []*redis.Cmd, waited *redis.Cmd) {
+	pipe := s.client.Pipeline()
+	cmds = make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		if source {
+			cmds[i] = sc.Eval(ctx, pipe, c.keys, c.args...)
+		} else {
+			cmds[i] = sc.EvalSha(ctx, pipe, c.keys, c.args...)
+		}
+	}
+	if wait {
+		waited = pipe.Do(ctx, "WAIT", s.replicas, ms(s.replicaTimeout))
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	return cmds, waited
 }
 
 // checkAck reads WAIT's answer: nil when enough replicas acknowledged.
@@ -198,6 +213,24 @@ func (s *redisStore) scripter(ctx context.Context, route string) redis.Scripter 
 		}
 	}
 	return s.client
+}
+
+// classify puts a go-redis error in the store's terms: a WRONGTYPE reply
+// matches ErrWrongType, and an error that is not a reply from the server
+// (a broken connection, a timeout) is a noReplyError: the request may have
+// run.
+func classify(err error) error {
+	var reply redis.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &reply) && strings.HasPrefix(err.Error(), "WRONGTYPE"):
+		return fmt.Errorf("%w: %s", ErrWrongType, strings.TrimPrefix(err.Error(), "WRONGTYPE "))
+	case errors.As(err, &reply):
+		return err
+	default:
+		return &noReplyError{err}
+	}
 }
 
 func anyNoScript(cmds []*redis.Cmd) bool {
@@ -227,11 +260,15 @@ func (s *redisStore) openFeed(ctx context.Context, channel string) (feed, bool) 
 }
 
 func (s *redisStore) unregister(ctx context.Context, k keys, locker string) error {
-	return s.client.ZRem(ctx, k.waiters, locker).Err()
+	return classify(s.client.ZRem(ctx, k.waiters, locker).Err())
 }
 
+// close releases nothing: the client belongs to the caller of New.
+func (s *redisStore) close() error { return nil }
+
 func (s *redisStore) claim(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
-	return s.client.SetNX(ctx, key, value, ttl).Result()
+	stored, err := s.client.SetNX(ctx, key, value, ttl).Result()
+	return stored, classify(err)
 }
 
 func (s *redisStore) claimed(ctx context.Context, key string) ([]byte, bool, error) {
@@ -239,7 +276,7 @@ func (s *redisStore) claimed(ctx context.Context, key string) ([]byte, bool, err
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}
-	return value, err == nil, err
+	return value, err == nil, classify(err)
 }
 
 // hashSlot returns the Cluster hash slot of key: CRC16 (XMODEM) of its hash

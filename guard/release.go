@@ -78,7 +78,7 @@ func (l *Locker) releaseEnded(ctx context.Context, h *hold, final bool) error {
 // Redis confirmed it.
 func (l *Locker) releasedLast(h *hold, err error) error {
 	if h.end(ErrReleased) {
-		l.obs.Event(h.obsCtx, observe.Held, observe.Info{Key: h.key, Name: h.name, Token: h.token, Delta: -1, Result: "released", Duration: time.Since(h.start)})
+		l.obs.Event(h.obsCtx, observe.Held, observe.Info{Key: h.key, Name: h.name, Token: h.token, Delta: -1, Result: "released", Duration: l.clock.Now().Sub(h.start)})
 	}
 	if err != nil {
 		l.log.Warn("guard: release failed; the key expires within its TTL", "key", h.key, "err", err)

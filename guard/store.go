@@ -12,10 +12,14 @@ import (
 // masters (Redlock) is meant to be a second store, not a second Locker.
 //
 // A store's requests may run past their ctx (go-redis does not interrupt a
-// blocked read); the Locker bounds them (see await). Errors are go-redis's,
-// except ErrNotReplicated; the Locker puts them in this package's terms.
+// blocked read); the Locker bounds them (see await). A store tells three
+// kinds of failure apart: a key of another type (ErrWrongType), a request
+// whose reply never came and that may have run (noReplyError), and any
+// other answer of the server; the Locker adds the key to the message.
 type store interface {
-	// acquire makes one attempt at a fresh hold (acquire.lua).
+	// acquire makes one attempt at a fresh hold (acquire.lua). A reply that
+	// is acquired and an error (too few replicas acknowledged it) is a hold
+	// the caller must drop.
 	acquire(ctx context.Context, k keys, a acquireArgs) (acquireReply, error)
 	// setCounts sets an owner's hold counts (set_counts.lua): a re-entry, a
 	// partial release, or with 0 and 0 the final release.
@@ -42,7 +46,17 @@ type store interface {
 	claim(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error)
 	// claimed returns the value stored under key, if any.
 	claimed(ctx context.Context, key string) ([]byte, bool, error)
+
+	// close stops what the store runs; Locker.Close calls it last.
+	close() error
 }
+
+// noReplyError is the failure of a request whose reply never came: it may
+// have run on the server.
+type noReplyError struct{ err error }
+
+func (e *noReplyError) Error() string { return e.err.Error() }
+func (e *noReplyError) Unwrap() error { return e.err }
 
 // feed is one subscription connection for release notifications.
 type feed interface {
