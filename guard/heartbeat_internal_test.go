@@ -223,10 +223,11 @@ func (c *renewCounter) count() int {
 	return c.n
 }
 
-// A renewal that Redis refuses at once (here: OOM) is retried when the
-// clock has moved on by retryEvery, and not before: with the default
-// schedule (interval 10s, retry 1s, batch window 1s) a retry used to be
-// sent again at once, in a loop for as long as the server kept refusing.
+// A renewal that Redis refuses at once (here: an ACL denies EVALSHA) is
+// retried when the clock has moved on by retryEvery, and not before: with
+// the default schedule (interval 10s, retry 1s, batch window 1s) a retry
+// used to be sent again at once, in a loop for as long as the server kept
+// refusing.
 func TestRefusedRenewalIsRetriedOnSchedule(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := newFakeClock()
@@ -237,10 +238,8 @@ func TestRefusedRenewalIsRetriedOnSchedule(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := srv.Client(t)
-	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
-		if err := admin.ConfigSet(t.Context(), kv[0], kv[1]).Err(); err != nil {
-			t.Fatal(err)
-		}
+	if err := admin.Do(t.Context(), "ACL", "SETUSER", "default", "-evalsha").Err(); err != nil {
+		t.Fatal(err)
 	}
 	clk.advanceTo(t, t0.Add(10*time.Second))
 	eventually(t, "the renewal was refused", func() bool { return counter.count() >= 1 })
@@ -251,7 +250,7 @@ func TestRefusedRenewalIsRetriedOnSchedule(t *testing.T) {
 	retry := h(le).timing.retryEvery()
 	clk.advanceTo(t, t0.Add(10*time.Second+retry))
 	eventually(t, "the retry was refused", func() bool { return counter.count() >= 2 })
-	if err := admin.ConfigSet(t.Context(), "maxmemory", "0").Err(); err != nil {
+	if err := admin.Do(t.Context(), "ACL", "SETUSER", "default", "+evalsha").Err(); err != nil {
 		t.Fatal(err)
 	}
 	clk.advanceTo(t, t0.Add(10*time.Second+2*retry))

@@ -4,20 +4,42 @@
 --   writer      owner id of the write holder (absent when only readers hold it)
 --   <owner>     write hold count of <owner>
 --   <owner>:r   read hold count of <owner>
---   <owner>:x   expiry of <owner>'s hold, server time in ms
---   <owner>:t   fencing token of <owner>'s hold
+--   <owner>:t   fencing token of <owner>'s hold: every owner has one
+--   <owner>:x   expiry of <owner>'s hold, server time in ms; absent when
+--               <owner> is the only owner, whose hold then ends with the key
 --   <owner>:m   MinHold: keep the hold until this server time (ms), even after release
 -- The key's own PEXPIRE is always >= the latest <owner>:x, so a crashed fleet
 -- leaves nothing behind; the per-owner expiry lets one crashed reader free its
--- share without waiting for the others.
+-- share without waiting for the others. A lone owner needs none: the key's
+-- expiry is its own, which spares the common case a clock read and a field.
+--
+-- Numbers handed to redis.call are formatted by the server (with a printf
+-- per number), so values that arrive as strings in ARGV are passed on as
+-- they came, and constants are written as strings.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
--- now_ms returns the server's time in ms and, second, in µs.
+-- ms_of returns a TIME reply in ms.
+local function ms_of(t)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- now_ms returns the server's time in ms.
 local function now_ms()
-  local t = redis.call('TIME')
-  local s, us = tonumber(t[1]), tonumber(t[2])
-  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+  return ms_of(redis.call('TIME'))
+end
+
+-- us_of returns a TIME reply in µs as a string of digits, built without
+-- the printf a number would need.
+local function us_of(t)
+  return t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+end
+
+-- greater reports whether digit string a is a larger integer than b; neither
+-- has leading zeros.
+local function greater(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
 end
 
 -- int formats a number as Redis expects an integer: Lua would print a
@@ -32,31 +54,44 @@ local function drop_owner(key, o)
 end
 
 -- sweep removes owners whose expiry has passed on the server's clock and
--- returns the number of live owners, the latest expiry and the writer.
+-- returns the number of live owners, the latest expiry, the writer, and
+-- the owner whose expiry is the key's (a lone owner; false when none).
 local function sweep(key, now)
   local h = redis.call('HGETALL', key)
-  local owners, latest, writer, dead = 0, 0, false, {}
+  local writer, expiry, owners = false, {}, {}
   for i = 1, #h, 2 do
     local f = h[i]
     if f == 'writer' then
       writer = h[i + 1]
-    elseif string.sub(f, -2) == ':x' then
-      local o, x = string.sub(f, 1, -3), tonumber(h[i + 1])
-      if x <= now then
-        dead[o] = true
-      else
-        owners = owners + 1
-        if x > latest then latest = x end
+    else
+      local suffix = string.sub(f, -2)
+      if suffix == ':x' then
+        expiry[string.sub(f, 1, -3)] = tonumber(h[i + 1])
+      elseif suffix == ':t' then
+        owners[#owners + 1] = string.sub(f, 1, -3)
       end
     end
   end
-  for o in pairs(dead) do drop_owner(key, o) end
-  if writer and dead[writer] then
-    redis.call('HDEL', key, 'writer')
-    writer = false
+  local live, latest, lone, dead = 0, 0, false, {}
+  for _, o in ipairs(owners) do
+    local x = expiry[o] or now + math.max(redis.call('PTTL', key), 0)
+    if x <= now then
+      dead[#dead + 1] = o
+    else
+      live = live + 1
+      if x > latest then latest = x end
+      if not expiry[o] then lone = o end
+    end
   end
-  if owners == 0 then redis.call('DEL', key) end
-  return owners, latest, writer
+  for _, o in ipairs(dead) do
+    drop_owner(key, o)
+    if o == writer then
+      redis.call('HDEL', key, 'writer')
+      writer = false
+    end
+  end
+  if live == 0 then redis.call('DEL', key) end
+  return live, latest, writer, lone
 end
 
 local function extend_key(key, ms)

@@ -9,60 +9,79 @@
 -- handed to its caller: at once, ignoring MinHold, and with no marker
 -- Returns 1 when applied (or, for a final release, applied before), 0 when the
 -- hold has expired, -1 when another owner holds the key.
--- Publishes 'free' when the key is free, 'read' when only readers remain after a
--- writer downgraded, 'linger' when a released hold is kept for MinHold, and
--- 'held' when other owners still hold it (their expiry may be sooner than
--- the one a waiter is sleeping on). All but 'read' name the Locker that should
+-- When a Locker waits for the key (it registered in KEYS[3]), publishes 'free'
+-- when the key is free, 'linger' when a released hold is kept for MinHold,
+-- and 'held' when other owners still hold it (their expiry may be sooner than
+-- the one a waiter is sleeping on); all three name the Locker that should
 -- act: the registered one whose registration is oldest ('' when none is).
+-- Publishes 'read' when only readers remain after a writer downgraded.
 local key, chan, owner = KEYS[1], KEYS[2], ARGV[1]
-local writes, reads, publish = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local final, marker = writes == 0 and reads == 0, tonumber(ARGV[6])
-local now = now_ms()
+local writes, reads, publish = ARGV[2], ARGV[3], ARGV[4]
+local final, marker = writes == '0' and reads == '0', ARGV[6]
 
--- next_waiter names the Locker to wake: the live registration refreshed
--- longest ago, other than a releaser that has nobody left waiting.
-local function next_waiter()
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, 1)) do
-    if id ~= ARGV[5] then return id end
-  end
-  return ''
+-- The clock is read only when a decision needs it.
+local now = false
+local function clock()
+  if not now then now = now_ms() end
+  return now
 end
 
-local got = redis.call('HMGET', key, owner .. ':x', 'writer', owner .. ':m')
-local x, writer, keep = got[1], got[2], tonumber(got[3] or '0')
-if not x or tonumber(x) <= now then
+-- notify tells the waiting Lockers, if any, what happened.
+local function notify(what)
+  if redis.call('EXISTS', KEYS[3]) == 0 then return end
+  -- Name the live registration refreshed longest ago, other than a
+  -- releaser that has nobody left waiting.
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', clock())
+  local next = ''
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, 1)) do
+    if id ~= ARGV[5] then
+      next = id
+      break
+    end
+  end
+  redis.call(publish, chan, what .. ' ' .. next)
+end
+
+local got = redis.call('HMGET', key, owner .. ':t', owner .. ':x', 'writer', owner .. ':m')
+local token, x, writer, keep = got[1], got[2], got[3], got[4]
+if not token or (x and tonumber(x) <= clock()) then
   -- What Redis recorded, not timing, tells a retried release from a lost one.
-  if final and marker > 0 and redis.call('EXISTS', KEYS[4]) == 1 then return 1 end
-  if redis.call('EXISTS', key) == 1 and sweep(key, now) > 0 then return -1 end
+  if final and marker ~= '0' and redis.call('EXISTS', KEYS[4]) == 1 then return 1 end
+  if redis.call('EXISTS', key) == 1 and sweep(key, clock()) > 0 then return -1 end
   return 0
 end
-if writes > 0 and writer ~= owner then return -1 end
-if writes > 0 or reads > 0 then
-  if writes > 0 then
+if writes ~= '0' and writer ~= owner then return -1 end
+if not final then
+  if writes ~= '0' then
     redis.call('HSET', key, owner, writes)
   else
     redis.call('HDEL', key, owner)
   end
-  if reads > 0 then
+  if reads ~= '0' then
     redis.call('HSET', key, owner .. ':r', reads)
   else
     redis.call('HDEL', key, owner .. ':r')
   end
-  if writes == 0 and writer == owner then
+  if writes == '0' and writer == owner then
     redis.call('HDEL', key, 'writer')
     redis.call(publish, chan, 'read')
   end
   return 1
 end
-if marker > 0 then
-  redis.call('SET', KEYS[4], 1, 'PX', marker)
+if marker ~= '0' then
+  redis.call('SET', KEYS[4], '1', 'PX', marker)
 end
-if keep > now and marker > 0 then
+if keep and tonumber(keep) > clock() and marker ~= '0' then
   redis.call('HDEL', key, owner, owner .. ':r')
   redis.call('HSET', key, owner .. ':x', keep)
-  extend_key(key, keep - now)
-  redis.call(publish, chan, 'linger ' .. next_waiter())
+  extend_key(key, tonumber(keep) - clock())
+  notify('linger')
+  return 1
+end
+if not x then
+  -- The lone owner: the key is its alone.
+  redis.call('DEL', key)
+  notify('free')
   return 1
 end
 -- Redis deletes the hash with its last field.
@@ -72,9 +91,9 @@ else
   redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m')
 end
 if redis.call('EXISTS', key) == 0 then
-  redis.call(publish, chan, 'free ' .. next_waiter())
+  notify('free')
 else
   -- Others still hold it; the first waiter re-reads how long they may.
-  redis.call(publish, chan, 'held ' .. next_waiter())
+  notify('held')
 end
 return 1
