@@ -2,24 +2,12 @@ package guard
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
-
-var (
-	//go:embed scripts/prelude.lua
-	preludeLua string
-	//go:embed scripts/acquire.lua
-	acquireLua string
-	//go:embed scripts/renew.lua
-	renewLua string
-	//go:embed scripts/set_counts.lua
-	setCountsLua string
 )
 
 // redisStore keeps leases in one Redis deployment: a *redis.Client
@@ -31,10 +19,7 @@ type redisStore struct {
 	cluster *redis.ClusterClient // nil outside Cluster
 	publish string               // PUBLISH, or SPUBLISH on Cluster
 
-	// Scripts are compiled per store rather than as package variables,
-	// keeping the package free of global state; redis.NewScript only
-	// hashes the source.
-	acquireScript, renewScript, setCountsScript *redis.Script
+	scripts *scripts
 
 	replicas       int // WAIT for this many replicas after acquisitions and renewals; 0: don't
 	replicaTimeout time.Duration
@@ -42,13 +27,11 @@ type redisStore struct {
 
 func newRedisStore(client redis.UniversalClient, replicas int, replicaTimeout time.Duration) *redisStore {
 	s := &redisStore{
-		client:          client,
-		publish:         "PUBLISH",
-		acquireScript:   redis.NewScript(preludeLua + acquireLua),
-		renewScript:     redis.NewScript(preludeLua + renewLua),
-		setCountsScript: redis.NewScript(preludeLua + setCountsLua),
-		replicas:        replicas,
-		replicaTimeout:  replicaTimeout,
+		client:         client,
+		publish:        "PUBLISH",
+		scripts:        newScripts(),
+		replicas:       replicas,
+		replicaTimeout: replicaTimeout,
 	}
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		s.cluster, s.publish = cc, "SPUBLISH"
@@ -65,7 +48,7 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 		keys: []string{k.lock, k.fence, k.waiters, k.channel},
 		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), a.waiter, ms(a.registration), s.publish, ms(a.fenceTTL)},
 	}
-	cmds, unacked, err := s.runScript(ctx, s.acquireScript, k.lock, []scriptCall{call}, true)
+	cmds, unacked, err := s.runScript(ctx, &s.scripts.acquire, k.lock, []scriptCall{call}, true)
 	if err != nil {
 		return acquireReply{}, classify(err)
 	}
@@ -88,7 +71,7 @@ func (s *redisStore) setCounts(ctx context.Context, k keys, a countArgs) (outcom
 		keys: []string{k.lock, k.channel, k.waiters, k.doneMarker(a.owner)},
 		args: []any{a.owner, a.writes, a.reads, s.publish, a.releaser, ms(a.marker)},
 	}
-	cmds, _, err := s.runScript(ctx, s.setCountsScript, k.lock, []scriptCall{call}, false)
+	cmds, _, err := s.runScript(ctx, &s.scripts.setCounts, k.lock, []scriptCall{call}, false)
 	if err != nil {
 		return 0, classify(err)
 	}
@@ -101,7 +84,7 @@ func (s *redisStore) renew(ctx context.Context, batch []renewArgs) ([]renewReply
 	for i, r := range batch {
 		calls[i] = scriptCall{keys: []string{r.lock}, args: []any{r.owner, ms(r.ttl)}}
 	}
-	cmds, unacked, err := s.runScript(ctx, s.renewScript, batch[0].lock, calls, true)
+	cmds, unacked, err := s.runScript(ctx, &s.scripts.renew, batch[0].lock, calls, true)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -131,90 +114,6 @@ func (s *redisStore) renewalGroup(ctx context.Context, key string) string {
 	return node.Options().Addr
 }
 
-// scriptCall is one call of a script: its KEYS and ARGV.
-type scriptCall struct {
-	keys []string
-	args []any
-}
-
-// runScript sends calls of sc in one round trip, followed by WAIT when ack
-// is set and the store waits for replicas. A server whose script cache
-// lacks sc (after a restart, a failover, on a new Cluster node) gets the
-// source instead: one call is sent again as EVAL, which follows a Cluster
-// redirection as EVALSHA does; a pipeline first has sc loaded on the node
-// that serves route and is sent again, then as EVAL if that node was not the
-// one that answered. It returns each call's reply; unacked, when too few
-// replicas acknowledged; and err when the script could not be loaded.
-func (s *redisStore) runScript(ctx context.Context, sc *redis.Script, route string, calls []scriptCall, ack bool) (cmds []*redis.Cmd, unacked, err error) {
-	wait := ack && s.replicas > 0
-	for attempt := 0; ; attempt++ {
-		var waited *redis.Cmd
-		switch {
-		case len(calls) == 1 && !wait && attempt == 0:
-			// One command needs no pipeline, and costs less without one.
-			cmds = []*redis.Cmd{sc.EvalSha(ctx, s.client, calls[0].keys, calls[0].args...)}
-		case len(calls) == 1 && !wait:
-			cmds = []*redis.Cmd{sc.Eval(ctx, s.client, calls[0].keys, calls[0].args...)}
-		default:
-			cmds, waited = s.pipeline(ctx, sc, calls, wait, attempt == 2)
-		}
-		if !anyNoScript(cmds) || attempt == 2 || (attempt == 1 && len(calls) == 1 && !wait) {
-			if waited != nil {
-				unacked = s.checkAck(waited)
-			}
-			return cmds, unacked, nil
-		}
-		if attempt == 0 && (len(calls) > 1 || wait) {
-			if err := sc.Load(ctx, s.scripter(ctx, route)).Err(); err != nil {
-				return nil, nil, err
-			}
-		}
-	}
-}
-
-// pipeline sends calls of sc, by hash or, with source, as EVAL, and WAIT
-// after them when wait is set.
-func (s *redisStore) pipeline(ctx context.Context, sc *redis.Script, calls []scriptCall, wait, source bool) (cmds []*redis.Cmd, waited *redis.Cmd) {
-	pipe := s.client.Pipeline()
-	cmds = make([]*redis.Cmd, len(calls))
-	for i, c := range calls {
-		if source {
-			cmds[i] = sc.Eval(ctx, pipe, c.keys, c.args...)
-		} else {
-			cmds[i] = sc.EvalSha(ctx, pipe, c.keys, c.args...)
-		}
-	}
-	if wait {
-		waited = pipe.Do(ctx, "WAIT", s.replicas, ms(s.replicaTimeout))
-	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
-	return cmds, waited
-}
-
-// checkAck reads WAIT's answer: nil when enough replicas acknowledged.
-func (s *redisStore) checkAck(waited *redis.Cmd) error {
-	n, err := waited.Int64()
-	if err == nil && n >= int64(s.replicas) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("%w: %d of %d replicas within %v: %w", ErrNotReplicated, n, s.replicas, s.replicaTimeout, err)
-	}
-	return fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, n, s.replicas, s.replicaTimeout)
-}
-
-// scripter returns where to load a script for the node that serves route:
-// on Cluster that node's master alone, since ClusterClient.ScriptLoad waits
-// for every master and a hung one would fail the healthy ones' requests.
-func (s *redisStore) scripter(ctx context.Context, route string) redis.Scripter {
-	if s.cluster != nil {
-		if node, err := s.cluster.MasterForKey(ctx, route); err == nil {
-			return node
-		}
-	}
-	return s.client
-}
-
 // classify puts a go-redis error in the store's terms: a WRONGTYPE reply
 // matches ErrWrongType, and an error that is not a reply from the server
 // (a broken connection, a timeout) is a noReplyError: the request may have
@@ -231,15 +130,6 @@ func classify(err error) error {
 	default:
 		return &noReplyError{err}
 	}
-}
-
-func anyNoScript(cmds []*redis.Cmd) bool {
-	for _, c := range cmds {
-		if err := c.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			return true
-		}
-	}
-	return false
 }
 
 func (s *redisStore) feedSlot(channel string) int {

@@ -1,0 +1,246 @@
+package guard
+
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed scripts/prelude.lua
+	preludeLua string
+	//go:embed scripts/acquire.lua
+	acquireLua string
+	//go:embed scripts/renew.lua
+	renewLua string
+	//go:embed scripts/set_counts.lua
+	setCountsLua string
+)
+
+// script is one of guard's Lua scripts. A server with FUNCTION (Redis 7
+// and later) runs it as a function of the guard library, loaded once per
+// server and kept by it across restarts and failovers; the prelude's
+// helpers are then defined once, not on every call. Other servers (older
+// Redis, the embedded miniredis) run it by hash.
+type script struct {
+	lua *redis.Script
+	fn  string // the function's name in the library
+}
+
+// scripts are compiled per store rather than as package variables, keeping
+// the package free of global state; redis.NewScript only hashes the source.
+type scripts struct {
+	acquire, renew, setCounts script
+	// library is the FUNCTION LOAD source. Its name carries a hash of the
+	// scripts, so Lockers of two versions of this package can share a
+	// server during a rolling deploy, each calling its own.
+	library     string
+	noFunctions atomic.Bool // a server answered that it knows no FCALL
+}
+
+func newScripts() *scripts {
+	bodies := []struct {
+		name string
+		lua  string
+	}{{"acquire", acquireLua}, {"renew", renewLua}, {"set_counts", setCountsLua}}
+	h := sha1.New()
+	for _, b := range bodies {
+		h.Write([]byte(b.lua))
+	}
+	h.Write([]byte(preludeLua))
+	name := "jobguard_" + hex.EncodeToString(h.Sum(nil))[:12]
+	// A function library may not call Redis while it loads; functions are
+	// replicated as effects anyway.
+	prelude := strings.Replace(preludeLua, "if redis.replicate_commands then redis.replicate_commands() end", "", 1)
+	var lib strings.Builder
+	fmt.Fprintf(&lib, "#!lua name=%s\n%s\n", name, prelude)
+	made := make([]script, len(bodies))
+	for i, b := range bodies {
+		fn := name + "_" + b.name
+		fmt.Fprintf(&lib, "redis.register_function('%s', function(KEYS, ARGV)\n%s\nend)\n", fn, b.lua)
+		made[i] = script{lua: redis.NewScript(preludeLua + b.lua), fn: fn}
+	}
+	return &scripts{acquire: made[0], renew: made[1], setCounts: made[2], library: lib.String()}
+}
+
+// runFunction sends calls as FCALL of sc's function. A server without the
+// library gets it (FUNCTION LOAD on the node that serves route) and the
+// calls again. ok is false when the caller must send them by hash instead:
+// the server knows no FCALL (from then on the store uses EVALSHA), or the
+// library could not be had where the calls landed.
+func (s *redisStore) runFunction(ctx context.Context, sc *script, route string, calls []scriptCall, ack bool) (cmds []*redis.Cmd, unacked error, ok bool) {
+	wait := ack && s.replicas > 0
+	for attempt := 0; attempt < 2; attempt++ {
+		var waited *redis.Cmd
+		if len(calls) == 1 && !wait {
+			cmds = []*redis.Cmd{s.client.FCall(ctx, sc.fn, calls[0].keys, calls[0].args...)}
+		} else {
+			cmds, waited = s.pipeline(ctx, sc.fn, nil, calls, wait, false)
+		}
+		switch {
+		case anyErr(cmds, isUnknownCommand):
+			s.scripts.noFunctions.Store(true)
+			return nil, nil, false
+		case !anyErr(cmds, isNoFunction):
+			if waited != nil {
+				unacked = s.checkAck(waited)
+			}
+			return cmds, unacked, true
+		case attempt == 0:
+			if err := s.loadLibrary(ctx, route); err != nil {
+				return nil, nil, false
+			}
+		}
+	}
+	return nil, nil, false
+}
+
+// loadLibrary loads the guard library on the master that serves route. A
+// server that refuses FUNCTION LOAD (an ACL, a proxy) is not asked again.
+func (s *redisStore) loadLibrary(ctx context.Context, route string) error {
+	var err error
+	if s.cluster != nil {
+		node, nerr := s.cluster.MasterForKey(ctx, route)
+		if nerr != nil {
+			return nerr
+		}
+		err = node.FunctionLoadReplace(ctx, s.scripts.library).Err()
+	} else {
+		err = s.client.FunctionLoadReplace(ctx, s.scripts.library).Err()
+	}
+	var reply redis.Error
+	if err != nil && errors.As(err, &reply) {
+		s.scripts.noFunctions.Store(true)
+	}
+	return err
+}
+
+// scriptCall is one call of a script: its KEYS and ARGV.
+type scriptCall struct {
+	keys []string
+	args []any
+}
+
+// runScript sends calls of sc in one round trip, followed by WAIT when ack
+// is set and the store waits for replicas: as FCALL of the guard library
+// where the server has FUNCTION (see runFunction), else by hash. It returns
+// each call's reply; unacked, when too few replicas acknowledged; and err
+// when the script could not be loaded.
+func (s *redisStore) runScript(ctx context.Context, sc *script, route string, calls []scriptCall, ack bool) (cmds []*redis.Cmd, unacked, err error) {
+	if !s.scripts.noFunctions.Load() {
+		if cmds, unacked, ok := s.runFunction(ctx, sc, route, calls, ack); ok {
+			return cmds, unacked, nil
+		}
+	}
+	return s.runEval(ctx, sc.lua, route, calls, ack)
+}
+
+// runEval sends calls by hash (EVALSHA). A server whose script cache lacks
+// sc (after a restart, a failover, on a new Cluster node) gets the source
+// instead: one call is sent again as EVAL, which follows a Cluster
+// redirection as EVALSHA does; a pipeline first has sc loaded on the node
+// that serves route and is sent again, then as EVAL if that node was not the
+// one that answered.
+func (s *redisStore) runEval(ctx context.Context, sc *redis.Script, route string, calls []scriptCall, ack bool) (cmds []*redis.Cmd, unacked, err error) {
+	wait := ack && s.replicas > 0
+	for attempt := 0; ; attempt++ {
+		var waited *redis.Cmd
+		switch {
+		case len(calls) == 1 && !wait && attempt == 0:
+			// One command needs no pipeline, and costs less without one.
+			cmds = []*redis.Cmd{sc.EvalSha(ctx, s.client, calls[0].keys, calls[0].args...)}
+		case len(calls) == 1 && !wait:
+			cmds = []*redis.Cmd{sc.Eval(ctx, s.client, calls[0].keys, calls[0].args...)}
+		default:
+			cmds, waited = s.pipeline(ctx, "", sc, calls, wait, attempt == 2)
+		}
+		if !anyErr(cmds, isNoScript) || attempt == 2 || (attempt == 1 && len(calls) == 1 && !wait) {
+			if waited != nil {
+				unacked = s.checkAck(waited)
+			}
+			return cmds, unacked, nil
+		}
+		if attempt == 0 && (len(calls) > 1 || wait) {
+			if err := sc.Load(ctx, s.scripter(ctx, route)).Err(); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+}
+
+// pipeline sends calls as FCALL of fn when fn is set, else of sc by hash
+// or, with source, as EVAL; and WAIT after them when wait is set.
+func (s *redisStore) pipeline(ctx context.Context, fn string, sc *redis.Script, calls []scriptCall, wait, source bool) (cmds []*redis.Cmd, waited *redis.Cmd) {
+	pipe := s.client.Pipeline()
+	cmds = make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		switch {
+		case fn != "":
+			cmds[i] = pipe.FCall(ctx, fn, c.keys, c.args...)
+		case source:
+			cmds[i] = sc.Eval(ctx, pipe, c.keys, c.args...)
+		default:
+			cmds[i] = sc.EvalSha(ctx, pipe, c.keys, c.args...)
+		}
+	}
+	if wait {
+		waited = pipe.Do(ctx, "WAIT", s.replicas, ms(s.replicaTimeout))
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	return cmds, waited
+}
+
+// checkAck reads WAIT's answer: nil when enough replicas acknowledged.
+func (s *redisStore) checkAck(waited *redis.Cmd) error {
+	n, err := waited.Int64()
+	if err == nil && n >= int64(s.replicas) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %d of %d replicas within %v: %w", ErrNotReplicated, n, s.replicas, s.replicaTimeout, err)
+	}
+	return fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, n, s.replicas, s.replicaTimeout)
+}
+
+// scripter returns where to load a script for the node that serves route:
+// on Cluster that node's master alone, since ClusterClient.ScriptLoad waits
+// for every master and a hung one would fail the healthy ones' requests.
+func (s *redisStore) scripter(ctx context.Context, route string) redis.Scripter {
+	if s.cluster != nil {
+		if node, err := s.cluster.MasterForKey(ctx, route); err == nil {
+			return node
+		}
+	}
+	return s.client
+}
+
+func anyErr(cmds []*redis.Cmd, is func(error) bool) bool {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil && is(err) {
+			return true
+		}
+	}
+	return false
+}
+
+func isNoScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIPT") }
+
+// isNoFunction reports the answer of a server that has FUNCTION but not
+// the library (a new node, a FUNCTION FLUSH).
+func isNoFunction(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && strings.Contains(err.Error(), "Function not found")
+}
+
+// isUnknownCommand reports the answer of a server without FCALL.
+func isUnknownCommand(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && strings.Contains(strings.ToLower(err.Error()), "unknown command")
+}

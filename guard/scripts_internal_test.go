@@ -1,0 +1,46 @@
+package guard
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/jobguard/jobguard/internal/redistest"
+)
+
+// The library loads on a real server, and its functions are what FCALL
+// finds: the scripts run as functions there, not by hash.
+func TestScriptsRunAsFunctions(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	cfg, err := newConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newRedisStore(c, 0, 0)
+	l := newLocker(st, realClock{}, cfg)
+	t.Cleanup(func() { _ = l.Close() })
+	le, err := l.Acquire(t.Context(), "fn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := le.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if st.scripts.noFunctions.Load() {
+		t.Fatal("the store fell back to EVALSHA on a server with FUNCTION")
+	}
+	stats, err := c.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first FCALL finds no library (failed_calls=1), loads it, and
+	// sends again; the release is the third.
+	for _, want := range []string{"cmdstat_fcall:calls=3,", "failed_calls=1", "cmdstat_function|load:calls=1,"} {
+		if !strings.Contains(stats, want) {
+			t.Errorf("commandstats lack %q:\n%s", want, stats)
+		}
+	}
+	if strings.Contains(stats, "cmdstat_eval") {
+		t.Errorf("EVALSHA was sent:\n%s", stats)
+	}
+}
