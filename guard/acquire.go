@@ -118,9 +118,8 @@ func (l *Locker) newAcquisition(parent context.Context, key string, write bool, 
 		owner: rand.Text(), // 26 base32 characters: 130 random bits
 		ttl:   t.ttl, write: write, minHold: lc.minHold, fenceTTL: lc.fenceTTL,
 		// A waiting Locker registers again at every attempt, and attempts at
-		// least once per TTL (its fallback timer is the holder's remaining
-		// TTL), so twice the TTL outlives the gap; a Locker that crashed
-		// drops out of the queue within it.
+		// least once per TTL (see wait), so twice the TTL outlives the gap;
+		// a Locker that crashed drops out of the queue within it.
 		registration: 2 * t.ttl,
 	}
 	if !lc.waitSet || lc.wait > 0 {
@@ -226,7 +225,9 @@ func (a *acquisition) wait(ctx context.Context, before mark, heldFor time.Durati
 			return nil // a release may have come between the attempt and the subscription
 		}
 	}
-	sleep := heldFor + time.Millisecond
+	// At least once a TTL, so the registration (twice the TTL) is renewed
+	// while a holder with a longer TTL, or a long MinHold, keeps the key.
+	sleep := min(heldFor+time.Millisecond, a.timing.ttl)
 	if a.lc.waitSet {
 		sleep = min(sleep, a.deadline.Sub(a.l.clock.Now()))
 	}

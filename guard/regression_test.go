@@ -4,6 +4,7 @@ package guard_test
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -185,5 +186,60 @@ func TestCloseWhilePartitioned(t *testing.T) {
 	}
 	if !errors.Is(err, guard.ErrNotHeld) || released > time.Second {
 		t.Errorf("Release after Close: %v after %v; want ErrNotHeld at once", err, released)
+	}
+}
+
+// A waiter whose registration was lost (a failover that kept the hold but
+// not the waiters' zset, an eviction) still hears the release.
+func TestReleaseTellsWaiterWithoutRegistration(t *testing.T) {
+	srv, ls := newLockers(t, 2, guard.WithTTL(6*time.Second))
+	holder := mustAcquire(t, t.Context(), ls[0], "lostreg")
+	got := make(chan time.Time, 1)
+	go func() {
+		le, err := ls[1].Acquire(t.Context(), "lostreg", guard.Wait(20*time.Second))
+		got <- time.Now()
+		if err == nil {
+			mustRelease(t, le)
+		}
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter registered and subscribed
+	if n, err := srv.Client(t).Del(t.Context(), "guard:{lostreg}:waiters").Result(); err != nil || n != 1 {
+		t.Fatalf("deleting the waiters' zset: %d, %v", n, err)
+	}
+	start := time.Now()
+	mustRelease(t, holder)
+	if d := (<-got).Sub(start); d > time.Second {
+		t.Fatalf("waiter got the free key %v after the release, want at once", d)
+	}
+}
+
+// A waiter with a short TTL behind a holder with a long one stays
+// registered (it attempts again at least once per its own TTL), so the
+// release names it and it gets the key at once.
+func TestShortWaiterBehindLongHolderIsNamed(t *testing.T) {
+	srv, ls := newLockers(t, 2)
+	holder := mustAcquire(t, t.Context(), ls[0], "long", guard.TTL(20*time.Second))
+	got := make(chan time.Time, 1)
+	go func() {
+		le, err := ls[1].Acquire(t.Context(), "long", guard.TTL(500*time.Millisecond), guard.Wait(10*time.Second))
+		got <- time.Now()
+		if err == nil {
+			mustRelease(t, le)
+		}
+	}()
+	time.Sleep(1500 * time.Millisecond) // past twice the waiter's TTL
+	admin := srv.Client(t)
+	now, err := admin.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := admin.ZCount(t.Context(), "guard:{long}:waiters", fmt.Sprintf("(%d", now.UnixMilli()), "+inf").Result()
+	if err != nil || live != 1 {
+		t.Fatalf("live registrations after 1.5s: %d, %v; want the waiter's", live, err)
+	}
+	start := time.Now()
+	mustRelease(t, holder)
+	if d := (<-got).Sub(start); d > 300*time.Millisecond {
+		t.Fatalf("waiter got the free key %v after the release, want at once", d)
 	}
 }

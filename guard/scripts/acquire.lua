@@ -29,11 +29,9 @@ if redis.call('EXISTS', key) == 1 then
 end
 if owners > 0 and (mode == 'w' or writer) then
   if locker ~= '' then
-    -- Kept past the holders' expiry, when the waiter's fallback timer fires
-    -- and it registers again: a release with no live registration tells nobody.
     local registration = tonumber(ARGV[6])
-    redis.call('ZADD', KEYS[3], latest + registration, locker)
-    extend_key(KEYS[3], latest - now + registration)
+    redis.call('ZADD', KEYS[3], now + registration, locker)
+    extend_key(KEYS[3], registration)
   end
   return {0, latest - now}
 end

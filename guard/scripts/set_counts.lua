@@ -9,11 +9,11 @@
 -- handed to its caller: at once, ignoring MinHold, and with no marker
 -- Returns 1 when applied (or, for a final release, applied before), 0 when the
 -- hold has expired, -1 when another owner holds the key.
--- When a Locker waits for the key (it registered in KEYS[3]), publishes 'free'
--- when the key is free, 'linger' when a released hold is kept for MinHold,
--- and 'held' when other owners still hold it (their expiry may be sooner than
--- the one a waiter is sleeping on); all three name the Locker that should
--- act: the registered one whose registration is oldest ('' when none is).
+-- Publishes 'free' when the key is free, 'linger' when a released hold is
+-- kept for MinHold, and 'held' when other owners still hold it (their expiry
+-- may be sooner than the one a waiter is sleeping on); all three name the
+-- Locker that should act: the registered one whose registration is oldest
+-- ('' when none is).
 -- Publishes 'read' when only readers remain after a writer downgraded.
 local key, chan, owner = KEYS[1], KEYS[2], ARGV[1]
 local writes, reads, publish = ARGV[2], ARGV[3], ARGV[4]
@@ -26,9 +26,14 @@ local function clock()
   return now
 end
 
--- notify tells the waiting Lockers, if any, what happened.
+-- notify tells the waiting Lockers what happened. With none registered it
+-- names nobody, and skips the clock and the queue: a waiter whose
+-- registration a failover or an eviction lost still hears it.
 local function notify(what)
-  if redis.call('EXISTS', KEYS[3]) == 0 then return end
+  if redis.call('EXISTS', KEYS[3]) == 0 then
+    redis.call(publish, chan, what .. ' ')
+    return
+  end
   -- Name the live registration refreshed longest ago, other than a
   -- releaser that has nobody left waiting.
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', clock())
