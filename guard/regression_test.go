@@ -4,8 +4,8 @@ package guard_test
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
