@@ -1,0 +1,71 @@
+package charts
+
+import (
+	"fmt"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/jobguard/jobguard/bench/internal/results"
+)
+
+// Throughput draws chart (a): server CPU per acquire+release and
+// throughput per library, with the SET+DEL ceiling first.
+func Throughput(run results.Run, path string) error {
+	rows := append([]results.Throughput{run.Ceiling}, run.Throughput...)
+	names := make([]string, len(rows))
+	cpu, ops := make([]float64, len(rows)), make([]float64, len(rows))
+	cpuLabels, opsLabels := make([]string, len(rows)), make([]string, len(rows))
+	for i, r := range rows {
+		names[i], cpu[i], ops[i] = r.Lib, r.Cost.ServerCPUUs, r.OpsPerSec
+		cpuLabels[i] = fmt.Sprintf("%.1f µs", r.Cost.ServerCPUUs)
+		opsLabels[i] = fmt.Sprintf("%.0f/s (%.2f×)", r.OpsPerSec, r.RatioToCeiling)
+	}
+	g := run.Ceiling.Goroutines
+	left, err := bars(fmt.Sprintf("Server CPU per acquire+release, %d goroutines", g), "µs of redis-server CPU per op", names, cpu, cpuLabels)
+	if err != nil {
+		return err
+	}
+	right, err := bars(fmt.Sprintf("Throughput, %d goroutines on distinct keys", g), "acquire+release per second (× SET+DEL)", names, ops, opsLabels)
+	if err != nil {
+		return err
+	}
+	return save(path, nil, left, right)
+}
+
+// bars returns a bar chart of one bar per name, each in its library's
+// color, labelled with its value.
+func bars(title, ylabel string, names []string, values []float64, labels []string) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = ylabel
+	p.Y.Min = 0
+	top := 0.0
+	for i, v := range values {
+		b, err := plotter.NewBarChart(plotter.Values{v}, vg.Points(40))
+		if err != nil {
+			return nil, err
+		}
+		b.XMin = float64(i)
+		b.Color = libColor(names[i])
+		b.LineStyle.Width = 0
+		p.Add(b)
+		top = max(top, v)
+	}
+	xys := make(plotter.XYs, len(values))
+	for i, v := range values {
+		xys[i] = plotter.XY{X: float64(i), Y: v + top*0.02}
+	}
+	l, err := plotter.NewLabels(plotter.XYLabels{XYs: xys, Labels: labels})
+	if err != nil {
+		return nil, err
+	}
+	for i := range l.TextStyle {
+		l.TextStyle[i].XAlign = -0.5 // centred over the bar
+	}
+	p.Add(l)
+	p.Y.Max = top * 1.12
+	p.NominalX(names...)
+	return p, nil
+}
