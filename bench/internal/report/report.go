@@ -149,8 +149,9 @@ func quality(b *strings.Builder, run results.Run) {
 	fmt.Fprintf(b, "## Measurement quality\n\n"+
 		"Each case is checked for outside load: the p50 of %d PINGs before and after it must not differ by more than %.0f×, "+
 		"and other processes (the machine's user+system CPU time less this process's and the case's redis-server's) and "+
-		"the hypervisor's steal must stay under %.2f cores. A disturbed case is run again, at most %d times in all, while "+
-		"the time budget lasts; the numbers above are from its last attempt.\n\n",
+		"the hypervisor's steal must stay under %.2f cores. A disturbed case is run again in a later pass, after every "+
+		"other case, at most %d attempts in all and while the time budget lasts; the numbers above are from its last "+
+		"attempt, and a case still disturbed then is marked below.\n\n",
 		run.Sizes.FloorPings, run.Sizes.FloorDriftLimit, run.Sizes.OthersCoresLimit, run.Sizes.MaxAttempts)
 	t := newTable("case", "attempts", "floor before µs", "floor after µs", "others cores", "steal cores", "disturbed", "why (each disturbed attempt)")
 	for _, c := range cases(run) {

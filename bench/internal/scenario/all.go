@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jobguard/jobguard/bench/internal/locks"
+	"github.com/jobguard/jobguard/bench/internal/measure"
 	"github.com/jobguard/jobguard/bench/internal/results"
 )
 
@@ -41,50 +42,44 @@ func TinySizes() results.Sizes {
 	return s
 }
 
-// All runs every scenario for every library, in the order the report
-// lists them, and fills in the ratios to the throughput ceiling.
+// All runs every scenario for every library (see Runner.RunAll for
+// re-runs) and fills in the ratios to the throughput ceiling.
 func All(ctx context.Context, r *Runner) (results.Run, error) {
-	run := results.Run{Sizes: r.Sizes}
-	var err error
-	if run.Ping, err = Ping(ctx, r); err != nil {
-		return run, err
+	libs := locks.Names()
+	s := r.Sizes
+	run := results.Run{
+		Sizes:      s,
+		Sequential: make([]results.Sequential, len(libs)),
+		Throughput: make([]results.Throughput, len(libs)),
+		Handoff:    make([]results.Handoff, len(s.HandoffWaiters)*len(s.HandoffHolds)*len(libs)),
+		Renewal:    make([]results.Renewal, len(libs)),
 	}
-	for _, lib := range locks.Names() {
-		res, err := Sequential(ctx, r, lib)
-		if err != nil {
-			return run, err
-		}
-		run.Sequential = append(run.Sequential, res)
+	cases := []*Case{Ping(r, &run.Ping)}
+	for i, lib := range libs {
+		cases = append(cases, Sequential(r, lib, &run.Sequential[i]))
 	}
-	if run.Ceiling, err = Throughput(ctx, r, Ceiling); err != nil {
-		return run, err
+	cases = append(cases, Throughput(r, Ceiling, &run.Ceiling))
+	for i, lib := range libs {
+		cases = append(cases, Throughput(r, lib, &run.Throughput[i]))
 	}
-	run.Ceiling.RatioToCeiling = 1
-	for _, lib := range locks.Names() {
-		res, err := Throughput(ctx, r, lib)
-		if err != nil {
-			return run, err
-		}
-		res.RatioToCeiling = res.OpsPerSec / run.Ceiling.OpsPerSec
-		run.Throughput = append(run.Throughput, res)
-	}
-	for _, waiters := range r.Sizes.HandoffWaiters {
-		for _, hold := range r.Sizes.HandoffHolds {
-			for _, lib := range locks.Names() {
-				res, err := Handoff(ctx, r, lib, waiters, hold)
-				if err != nil {
-					return run, err
-				}
-				run.Handoff = append(run.Handoff, res)
+	i := 0
+	for _, waiters := range s.HandoffWaiters {
+		for _, hold := range s.HandoffHolds {
+			for _, lib := range libs {
+				cases = append(cases, Handoff(r, lib, waiters, hold, &run.Handoff[i]))
+				i++
 			}
 		}
 	}
-	for _, lib := range locks.Names() {
-		res, err := Renewal(ctx, r, lib)
-		if err != nil {
-			return run, err
-		}
-		run.Renewal = append(run.Renewal, res)
+	for i, lib := range libs {
+		cases = append(cases, Renewal(r, lib, &run.Renewal[i]))
+	}
+	if err := r.RunAll(ctx, cases); err != nil {
+		return run, err
+	}
+	run.Ceiling.RatioToCeiling = 1
+	for i := range run.Throughput {
+		run.Throughput[i].RatioToCeiling = measure.Ratio(run.Throughput[i].OpsPerSec, run.Ceiling.OpsPerSec)
 	}
 	return run, nil
 }

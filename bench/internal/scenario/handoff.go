@@ -19,9 +19,10 @@ const unlockTimeout = 5 * time.Second
 // Handoff is scenario 4: waiters goroutines take turns on one key, each
 // holding it for hold, until HandoffAcq acquisitions or HandoffWindow. The
 // polling libraries retry every RetryDelay.
-func Handoff(ctx context.Context, r *Runner, lib string, waiters int, hold time.Duration) (results.Handoff, error) {
+func Handoff(r *Runner, lib string, waiters int, hold time.Duration, out *results.Handoff) *Case {
 	name := fmt.Sprintf("handoff %s w=%d hold=%v", lib, waiters, hold)
-	res, q, err := run(ctx, r, name, func(ctx context.Context, env *Env) (results.Handoff, error) {
+	q := func(h *results.Handoff) *results.Quality { return &h.Quality }
+	return newCase(name, out, q, func(ctx context.Context, env *Env) (results.Handoff, error) {
 		c, counter := env.Client()
 		l, err := locks.New(lib, c, locks.Config{TTL: r.Sizes.TTL, RetryDelay: r.Sizes.RetryDelay})
 		if err != nil {
@@ -39,11 +40,10 @@ func Handoff(ctx context.Context, r *Runner, lib string, waiters int, hold time.
 		f := fight(ctx, r.Sizes, l, waiters, hold, r.Sizes.HandoffAcq)
 		u, err := m.stop(ctx)
 		res := f.result()
+		res.Lib, res.Waiters, res.HoldMs = lib, waiters, float64(hold)/float64(time.Millisecond)
 		res.Cost = u.perOp(res.Acquisitions)
 		return res, err
 	})
-	res.Lib, res.Quality, res.Waiters, res.HoldMs = lib, q, waiters, float64(hold)/float64(time.Millisecond)
-	return res, err
 }
 
 // baton records who last called unlock and when, and the hand-off

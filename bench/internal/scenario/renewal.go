@@ -29,13 +29,14 @@ const parallel = 64
 // baseline takes its locks with a TTL longer than the window and never
 // renews; it has no owner check, so "lost" does not apply to it. Only the
 // window is measured, not taking or releasing the locks.
-func Renewal(ctx context.Context, r *Runner, lib string) (results.Renewal, error) {
+func Renewal(r *Runner, lib string, out *results.Renewal) *Case {
 	s := r.Sizes
 	cfg := locks.Config{TTL: s.RenewTTL, RenewEvery: s.RenewEvery}
 	if lib == "raw" {
 		cfg = locks.Config{TTL: s.RenewWindow + holdTimeout}
 	}
-	res, q, err := run(ctx, r, "renewal "+lib, func(ctx context.Context, env *Env) (results.Renewal, error) {
+	q := func(rn *results.Renewal) *results.Quality { return &rn.Quality }
+	return newCase("renewal "+lib, out, q, func(ctx context.Context, env *Env) (results.Renewal, error) {
 		c, counter := env.Client()
 		// Open the connections the locks will be taken on before the
 		// baseline, so that the heap figures count the locks, not the pool.
@@ -53,10 +54,9 @@ func Renewal(ctx context.Context, r *Runner, lib string) (results.Renewal, error
 		// The goroutines added while holding, less those still running once
 		// every lock is released and the library closed.
 		res.Goroutines -= runtime.NumGoroutine()
+		res.Lib, res.Renews, res.TTLms = lib, lib != "raw", float64(cfg.TTL)/float64(time.Millisecond)
 		return res, err
 	})
-	res.Lib, res.Quality, res.Renews, res.TTLms = lib, q, lib != "raw", float64(cfg.TTL)/float64(time.Millisecond)
-	return res, err
 }
 
 // holdAndRenew takes the locks, measures the window while they are held
@@ -100,8 +100,10 @@ func holdAndRenew(ctx context.Context, s results.Sizes, env *Env, counter *measu
 	return res, err
 }
 
-// heap returns the memory statistics after a garbage collection.
+// heap returns the memory statistics after two garbage collections (the
+// second frees what finalizers released).
 func heap() runtime.MemStats {
+	runtime.GC()
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)

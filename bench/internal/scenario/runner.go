@@ -1,12 +1,13 @@
 // Package scenario runs the benchmark's scenarios, each case on a fresh
 // redis-server, checking every case for load from outside and running a
-// disturbed case again.
+// disturbed case again later.
 package scenario
 
 import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jobguard/jobguard/bench/internal/measure"
@@ -85,61 +86,92 @@ func (e *Env) close() {
 // adminCommands are the harness's own commands, left out of every count.
 var adminCommands = []string{"info", "ping", "config|resetstat", "client|setinfo", "hello"}
 
-// run runs body as one case called name, on a fresh server each attempt,
-// until an attempt is undisturbed, Sizes.MaxAttempts are spent or the
-// Deadline has passed. It returns the last attempt's result.
-func run[T any](ctx context.Context, r *Runner, name string, body func(context.Context, *Env) (T, error)) (T, results.Quality, error) {
-	var (
-		res T
-		q   results.Quality
-	)
-	for n := 1; ; n++ {
-		var a results.Attempt
-		var err error
-		res, a, err = attempt(ctx, r, body)
-		if err != nil {
-			return res, q, fmt.Errorf("%s: %w", name, err)
-		}
-		q.Attempts = append(q.Attempts, a)
-		q.Disturbed = len(a.Reasons) > 0
-		if !q.Disturbed {
-			r.logf("%-34s done in %.1fs", name, a.Seconds)
-			return res, q, nil
-		}
-		r.logf("%-34s disturbed (attempt %d): %v", name, n, a.Reasons)
-		if n >= r.Sizes.MaxAttempts || (!r.Deadline.IsZero() && time.Now().After(r.Deadline)) {
-			return res, q, nil
-		}
+// Case is one benchmark case: a scenario for one library with its
+// parameters. Each attempt runs it on a fresh redis-server and records the
+// attempt in the quality record of its result.
+type Case struct {
+	Name    string
+	body    func(context.Context, *Env) error // stores its result
+	quality func() *results.Quality
+}
+
+// newCase returns a case whose body's result is stored in *out; q returns
+// the quality record inside *out, which every attempt keeps.
+func newCase[T any](name string, out *T, q func(*T) *results.Quality, body func(context.Context, *Env) (T, error)) *Case {
+	return &Case{
+		Name: name,
+		body: func(ctx context.Context, env *Env) error {
+			res, err := body(ctx, env)
+			if err != nil {
+				return err
+			}
+			keep := *q(out)
+			*out = res
+			*q(out) = keep
+			return nil
+		},
+		quality: func() *results.Quality { return q(out) },
 	}
 }
 
-func attempt[T any](ctx context.Context, r *Runner, body func(context.Context, *Env) (T, error)) (T, results.Attempt, error) {
-	var (
-		res T
-		a   results.Attempt
-	)
+// RunAll runs every case once, then runs the disturbed ones again, one
+// pass after another, until none is disturbed, Sizes.MaxAttempts are
+// spent or the Deadline has passed. A re-run comes a whole pass later than
+// the attempt it repeats, so that a burst of outside load has time to pass.
+func (r *Runner) RunAll(ctx context.Context, cases []*Case) error {
+	for pass := 1; pass <= r.Sizes.MaxAttempts && len(cases) > 0; pass++ {
+		var disturbed []*Case
+		for _, c := range cases {
+			if pass > 1 && !r.Deadline.IsZero() && time.Now().After(r.Deadline) {
+				r.logf("%-34s not re-run: past the time budget", c.Name)
+				continue
+			}
+			if err := r.attempt(ctx, c); err != nil {
+				return fmt.Errorf("%s: %w", c.Name, err)
+			}
+			if c.quality().Disturbed {
+				disturbed = append(disturbed, c)
+			}
+		}
+		cases = disturbed
+	}
+	return nil
+}
+
+// attempt runs c once on a fresh server, between two PING floor samples
+// and under a Watch, and records the attempt.
+func (r *Runner) attempt(ctx context.Context, c *Case) error {
 	srv, err := redisproc.Start(ctx, r.ServerCPU)
 	if err != nil {
-		return res, a, err
+		return err
 	}
 	env := &Env{srv: srv, poolSize: r.Sizes.PoolSize, admin: redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1})}
 	defer env.close()
+	var a results.Attempt
 	if a.FloorBeforeUs, err = floor(ctx, env.admin, r.Sizes.FloorPings); err != nil {
-		return res, a, err
+		return err
 	}
 	start := time.Now()
 	w := measure.StartWatch(srv.Pid())
-	res, err = body(ctx, env)
+	err = c.body(ctx, env)
 	a.Noise = w.Stop()
 	a.Seconds = time.Since(start).Seconds()
 	if err != nil {
-		return res, a, err
+		return err
 	}
 	if a.FloorAfterUs, err = floor(ctx, env.admin, r.Sizes.FloorPings); err != nil {
-		return res, a, err
+		return err
 	}
 	a.Reasons = judge(a, r.Sizes)
-	return res, a, nil
+	q := c.quality()
+	q.Attempts = append(q.Attempts, a)
+	q.Disturbed = len(a.Reasons) > 0
+	if q.Disturbed {
+		r.logf("%-34s disturbed (attempt %d): %s", c.Name, len(q.Attempts), strings.Join(a.Reasons, "; "))
+	} else {
+		r.logf("%-34s done in %.1fs", c.Name, a.Seconds)
+	}
+	return nil
 }
 
 // floor returns the p50 of n sequential PINGs on c, in microseconds.

@@ -19,18 +19,19 @@ const warmups = 20
 // times two PINGs on the same client, so that the floor is sampled next to
 // each operation under the same conditions; the result is the ratio of the
 // p50s.
-func Sequential(ctx context.Context, r *Runner, lib string) (results.Sequential, error) {
-	res, q, err := run(ctx, r, "sequential "+lib, func(ctx context.Context, env *Env) (results.Sequential, error) {
+func Sequential(r *Runner, lib string, out *results.Sequential) *Case {
+	q := func(s *results.Sequential) *results.Quality { return &s.Quality }
+	return newCase("sequential "+lib, out, q, func(ctx context.Context, env *Env) (results.Sequential, error) {
 		c, _ := env.Client()
 		l, err := locks.New(lib, c, locks.Config{TTL: r.Sizes.TTL})
 		if err != nil {
 			return results.Sequential{}, err
 		}
 		defer l.Close()
-		return sequential(ctx, r.Sizes, l, c)
+		res, err := sequential(ctx, r.Sizes, l, c)
+		res.Lib = lib
+		return res, err
 	})
-	res.Lib, res.Quality = lib, q
-	return res, err
 }
 
 func sequential(ctx context.Context, s results.Sizes, l locks.Lib, c *redis.Client) (results.Sequential, error) {

@@ -19,8 +19,9 @@ const Ceiling = "set+del"
 // own, acquire and release as fast as they can: up to TPOps operations in
 // all, in at most TPWindow. With lib = Ceiling they SET and DEL instead.
 // The ratio to the ceiling is filled in by All.
-func Throughput(ctx context.Context, r *Runner, lib string) (results.Throughput, error) {
-	res, q, err := run(ctx, r, "throughput "+lib, func(ctx context.Context, env *Env) (results.Throughput, error) {
+func Throughput(r *Runner, lib string, out *results.Throughput) *Case {
+	q := func(t *results.Throughput) *results.Quality { return &t.Quality }
+	return newCase("throughput "+lib, out, q, func(ctx context.Context, env *Env) (results.Throughput, error) {
 		c, counter := env.Client()
 		op, closeOp, err := throughputOp(lib, c, r.Sizes)
 		if err != nil {
@@ -39,11 +40,9 @@ func Throughput(ctx context.Context, r *Runner, lib string) (results.Throughput,
 		}
 		res := hammer(ctx, r.Sizes, op)
 		u, err := m.stop(ctx)
-		res.Cost = u.perOp(res.Ops)
+		res.Lib, res.Cost = lib, u.perOp(res.Ops)
 		return res, err
 	})
-	res.Lib, res.Quality = lib, q
-	return res, err
 }
 
 func tpKey(g int) string { return fmt.Sprintf("tp:%d", g) }
