@@ -13,11 +13,11 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// Size and resolution of every chart.
+// Size of a chart's panel, and the resolution of every chart.
 const (
-	width  = 11 * vg.Inch
-	height = 4.5 * vg.Inch
-	dpi    = 110
+	panelWidth = 5 * vg.Inch
+	height     = 4.5 * vg.Inch
+	dpi        = 110
 )
 
 // libColor gives each library the same color in every chart.
@@ -36,11 +36,15 @@ func libColor(lib string) color.Color {
 }
 
 // legendWidth is the room on the right of a chart for a shared legend.
-const legendWidth = 2.1 * vg.Inch
+const legendWidth = 1.9 * vg.Inch
 
 // save draws plots side by side into one PNG at path, with legend (if not
 // nil) on their right.
 func save(path string, legend *plot.Legend, plots ...*plot.Plot) error {
+	width := vg.Length(len(plots)) * panelWidth
+	if legend != nil {
+		width += legendWidth
+	}
 	img := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(dpi))
 	dc := draw.New(img)
 	if legend != nil {

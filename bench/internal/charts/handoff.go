@@ -15,62 +15,88 @@ import (
 	"github.com/jobguard/jobguard/bench/internal/results"
 )
 
-// Handoff draws chart (b): hand-off latency p50 and server calls per
-// acquisition against the number of waiters, one line per library and
-// hold time (solid: 1 ms hold, dashed: no hold).
+// panel is one of the hand-off chart's panels: a value of a case against
+// its number of waiters.
+type panel struct {
+	title, ylabel string
+	value         func(results.Handoff) float64
+}
+
+// Handoff draws chart (b): hand-off latency p50, client commands and
+// server calls per acquisition against the number of waiters, one line per
+// library and hold time (solid: 1 ms hold, dashed: no hold).
 func Handoff(run results.Run, path string) error {
-	lat := plot.New()
-	lat.Title.Text = "Hand-off latency p50: unlock to another goroutine's lock"
-	lat.Y.Label.Text = "µs (log scale)"
-	lat.Y.Scale, lat.Y.Tick.Marker = plot.LogScale{}, ticks125{}
-	calls := plot.New()
-	calls.Title.Text = "Server calls per acquisition (incl. scripts' own)"
-	calls.Y.Label.Text = "calls (log scale)"
-	calls.Y.Scale, calls.Y.Tick.Marker = plot.LogScale{}, ticks125{}
+	panels := []panel{
+		{"Hand-off latency p50\n(unlock to another goroutine's lock)", "µs (log scale)",
+			func(h results.Handoff) float64 { return h.Latency.P50us }},
+		{"Client commands per acquisition\n(sent by the client, failed tries included)", "commands (log scale)",
+			func(h results.Handoff) float64 { return h.Cost.ClientCommands }},
+		{"Server calls per acquisition\n(commandstats, scripts' own calls included)", "calls (log scale)",
+			func(h results.Handoff) float64 { return h.Cost.ServerCalls }},
+	}
 	var waiters []float64
 	for _, h := range run.Handoff {
 		if !slices.Contains(waiters, float64(h.Waiters)) {
 			waiters = append(waiters, float64(h.Waiters))
 		}
 	}
-	for _, p := range []*plot.Plot{lat, calls} {
-		p.X.Label.Text = "waiting goroutines (log scale)"
-		p.X.Scale = plot.LogScale{}
-		ticks := make(plot.ConstantTicks, len(waiters))
-		for i, w := range waiters {
-			ticks[i] = plot.Tick{Value: w, Label: fmt.Sprint(w)}
-		}
-		p.X.Tick.Marker = ticks
-		p.X.Min, p.X.Max = slices.Min(waiters)*0.8, slices.Max(waiters)*1.25
+	if len(waiters) == 0 {
+		return fmt.Errorf("charts: no hand-off cases")
+	}
+	plots := make([]*plot.Plot, len(panels))
+	for i, pn := range panels {
+		plots[i] = logPlot(pn.title, pn.ylabel, waiters)
 	}
 	legend := plot.NewLegend()
 	for _, lib := range locks.Names() {
 		for _, hold := range run.Sizes.HandoffHolds {
 			holdMs := float64(hold.Microseconds()) / 1000
-			var latXY, callXY plotter.XYs
+			var cases []results.Handoff
 			for _, h := range run.Handoff {
 				if h.Lib == lib && h.HoldMs == holdMs && h.Latency.N > 0 {
-					latXY = append(latXY, plotter.XY{X: float64(h.Waiters), Y: h.Latency.P50us})
-					callXY = append(callXY, plotter.XY{X: float64(h.Waiters), Y: h.Cost.ServerCalls})
+					cases = append(cases, h)
 				}
 			}
-			if len(latXY) == 0 {
+			if len(cases) == 0 {
 				continue
 			}
-			name := fmt.Sprintf("%s, hold %g ms", lib, holdMs)
-			l, pts, err := line(lib, holdMs, latXY)
-			if err != nil {
-				return err
+			for i, pn := range panels {
+				xys := make(plotter.XYs, len(cases))
+				for j, h := range cases {
+					xys[j] = plotter.XY{X: float64(h.Waiters), Y: pn.value(h)}
+				}
+				l, pts, err := line(lib, holdMs, xys)
+				if err != nil {
+					return err
+				}
+				plots[i].Add(l, pts)
+				if i == 0 {
+					legend.Add(fmt.Sprintf("%s, hold %g ms", lib, holdMs), l, pts)
+				}
 			}
-			lat.Add(l, pts)
-			legend.Add(name, l, pts)
-			if l, pts, err = line(lib, holdMs, callXY); err != nil {
-				return err
-			}
-			calls.Add(l, pts)
 		}
 	}
-	return save(path, &legend, lat, calls)
+	for _, p := range plots { // start each y axis at a power of ten, so its foot is labelled
+		p.Y.Min = math.Pow(10, math.Floor(math.Log10(p.Y.Min)))
+	}
+	return save(path, &legend, plots...)
+}
+
+// logPlot returns a plot with log axes, x marked at each number of waiters.
+func logPlot(title, ylabel string, waiters []float64) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = ylabel
+	p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, ticks125{}
+	p.X.Label.Text = "waiting goroutines (log scale)"
+	p.X.Scale = plot.LogScale{}
+	ticks := make(plot.ConstantTicks, len(waiters))
+	for i, w := range waiters {
+		ticks[i] = plot.Tick{Value: w, Label: fmt.Sprint(w)}
+	}
+	p.X.Tick.Marker = ticks
+	p.X.Min, p.X.Max = slices.Min(waiters)*0.8, slices.Max(waiters)*1.25
+	return p
 }
 
 // line returns a line with points in lib's color, dashed with square

@@ -20,7 +20,7 @@ func Throughput(run results.Run, path string) error {
 	for i, r := range rows {
 		names[i], cpu[i], ops[i] = r.Lib, r.Cost.ServerCPUUs, r.OpsPerSec
 		cpuLabels[i] = fmt.Sprintf("%.1f µs", r.Cost.ServerCPUUs)
-		opsLabels[i] = fmt.Sprintf("%.0f/s (%.2f×)", r.OpsPerSec, r.RatioToCeiling)
+		opsLabels[i] = fmt.Sprintf("%s/s (%.2f×)", thousands(r.OpsPerSec), r.RatioToCeiling)
 	}
 	g := run.Ceiling.Goroutines
 	left, err := bars(fmt.Sprintf("Server CPU per acquire+release, %d goroutines", g), "µs of redis-server CPU per op", names, cpu, cpuLabels)
@@ -68,4 +68,13 @@ func bars(title, ylabel string, names []string, values []float64, labels []strin
 	p.Y.Max = top * 1.12
 	p.NominalX(names...)
 	return p, nil
+}
+
+// thousands formats v rounded to an integer, with thousands separators.
+func thousands(v float64) string {
+	s := fmt.Sprintf("%.0f", v)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
