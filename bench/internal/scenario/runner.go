@@ -16,7 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Runner runs cases. The zero value is not usable; set every field.
+// Runner runs cases. Sizes must be set, and ServerCPU to -1 for servers
+// that are not pinned (0 pins them to CPU 0); the rest may stay zero.
 type Runner struct {
 	Sizes results.Sizes
 	// ServerCPU pins each redis-server to this CPU with taskset; -1: not pinned.
@@ -58,7 +59,9 @@ func warmPool(ctx context.Context, c *redis.Client, n int) error {
 	conns := make([]*redis.Conn, n)
 	defer func() {
 		for _, cn := range conns {
-			_ = cn.Close()
+			if cn != nil {
+				_ = cn.Close()
+			}
 		}
 	}()
 	for i := range conns {
