@@ -35,7 +35,7 @@ func header(b *strings.Builder, run results.Run, makeCmd string) {
 	fmt.Fprintf(b, "# Lock benchmark: guard, redsync, redislock, raw SET NX\n\n")
 	fmt.Fprintf(b, "Generated from `results.json` by `go run ./cmd/report`; do not edit by hand.\n\n")
 	t := newTable("run", "")
-	t.left = true
+	t.left = []int{1}
 	t.add("date", m.Date)
 	t.add("machine", fmt.Sprintf("%s, %d CPUs, %s", m.CPUModel, m.CPUs, m.Kernel))
 	t.add("pinning", m.Pinning)
@@ -52,6 +52,12 @@ func header(b *strings.Builder, run results.Run, makeCmd string) {
 		"the polling libraries retry a busy key every %v: redislock with `LinearBackoff(%v)`, redsync with its default 32 tries "+
 		"but `WithRetryDelay(%v)` (default: random 50–250 ms), the raw baseline with a %v sleep. guard does not poll: a waiter "+
 		"sleeps until a release is published.\n\n", s.PoolSize, s.TTL, s.RetryDelay, s.RetryDelay, s.RetryDelay, s.RetryDelay)
+	if m.ClientCPU >= 0 && m.ServerCPU >= 0 && m.ClientCPU != m.ServerCPU {
+		fmt.Fprintf(b, "With client and server pinned to different CPUs every round trip pays two cross-CPU wake-ups, "+
+			"which on a virtual machine can cost more than Redis's own work: compare the PING floor below with the same "+
+			"PING with both on one CPU (`-client-cpu 1 -server-cpu 1`) before reading absolute latencies. Ratios to a floor "+
+			"measured in the same case carry the same cost on both sides.\n\n")
+	}
 	fmt.Fprintf(b, "\"Server calls\" are INFO commandstats calls, which count the commands a script runs with `redis.call` as well as "+
 		"the EVALSHA that ran it; \"client commands\" and \"round trips\" are what the client sent, counted by a go-redis hook "+
 		"(a pipeline is one round trip). The harness's own INFO and PING are left out of both.\n\n")
@@ -154,6 +160,7 @@ func quality(b *strings.Builder, run results.Run) {
 		"attempt, and a case still disturbed then is marked below.\n\n",
 		run.Sizes.FloorPings, run.Sizes.FloorDriftLimit, run.Sizes.OthersCoresLimit, run.Sizes.MaxAttempts)
 	t := newTable("case", "attempts", "floor before µs", "floor after µs", "others cores", "steal cores", "disturbed", "why (each disturbed attempt)")
+	t.left = []int{6, 7}
 	for _, c := range cases(run) {
 		if len(c.q.Attempts) == 0 {
 			continue

@@ -2,15 +2,16 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
-// table is a Markdown table built row by row. Columns after the first are
-// right-aligned (numbers) unless left is set.
+// table is a Markdown table built row by row. The first column is
+// left-aligned, the others right-aligned (numbers) unless named in left.
 type table struct {
 	head []string
 	rows [][]string
-	left bool
+	left []int // columns of text, left-aligned
 }
 
 func newTable(head ...string) *table { return &table{head: head} }
@@ -26,7 +27,7 @@ func (t *table) write(b *strings.Builder) {
 	align := make([]string, len(t.head))
 	for i := range align {
 		align[i] = "---:"
-		if i == 0 || t.left {
+		if i == 0 || slices.Contains(t.left, i) {
 			align[i] = "---"
 		}
 	}
