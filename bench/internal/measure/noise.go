@@ -33,6 +33,7 @@ type Watch struct {
 type Noise struct {
 	OthersCores float64 `json:"others_cores"` // CPU used by other processes
 	StealCores  float64 `json:"steal_cores"`  // CPU taken by the hypervisor
+	OwnCores    float64 `json:"own_cores"`    // CPU used by this process and the redis-server
 }
 
 // StartWatch starts watching; serverPid is the case's redis-server.
@@ -48,8 +49,10 @@ func (w *Watch) Stop() Noise {
 	wall := time.Since(w.start).Seconds()
 	busy, steal := machineTicks()
 	self, server := procTicks("self"), procTicks(strconv.Itoa(w.pid))
-	others := (busy - w.busy) - (self - w.self) - (server - w.server)
+	own := (self - w.self) + (server - w.server)
+	others := (busy - w.busy) - own
 	return Noise{
+		OwnCores:    float64(own) / clockTicks / wall,
 		OthersCores: float64(max(0, others-slackTicks)) / clockTicks / wall,
 		StealCores:  float64(max(0, steal-w.steal-slackTicks)) / clockTicks / wall,
 	}

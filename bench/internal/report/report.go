@@ -86,18 +86,30 @@ func sequential(b *strings.Builder, run results.Run) {
 func throughput(b *strings.Builder, run results.Run) {
 	c := run.Ceiling
 	fmt.Fprintf(b, "## 3. Throughput, %d goroutines on distinct keys\n\n"+
-		"Each goroutine acquires and releases a key of its own as fast as it can. The ceiling: as many goroutines doing SET then "+
-		"DEL. Client CPU is getrusage of the whole client process; server CPU is INFO used_cpu_sys+used_cpu_user; both per "+
-		"operation (acquire+release).\n\n![server CPU per op and throughput](%s)\n\n", c.Goroutines, ThroughputPNG)
-	t := newTable("library", "ops/s", "vs SET+DEL", "client CPU µs/op", "server CPU µs/op", "server calls/op",
-		"client commands/op", "round trips/op", "errors")
+		"Each goroutine acquires and releases a key of its own as fast as it can, for up to %v. The ceiling: as many "+
+		"goroutines doing SET then DEL. Each library runs %d rounds, each on a fresh server, alternating with the others "+
+		"(SET+DEL, guard, redsync, redislock, raw, SET+DEL, …): the figures are the median round's (by ops/s), and "+
+		"\"vs SET+DEL\" is the median of each round's ratio to the SET+DEL round of the same turn. Client CPU is "+
+		"getrusage of the whole client process; server CPU is INFO used_cpu_sys+used_cpu_user; both per operation "+
+		"(acquire+release). With one core each, the client is the bottleneck of most rounds, so ops/s varies more "+
+		"from round to round than server CPU per op does.\n\n![server CPU per op and throughput](%s)\n\n",
+		c.Goroutines, run.Sizes.TPWindow, run.Sizes.TPRounds, ThroughputPNG)
+	t := newTable("library", "ops/s", "vs SET+DEL", "each round: ops/s (vs SET+DEL)", "client CPU µs/op", "server CPU µs/op",
+		"server calls/op", "client commands/op", "round trips/op", "errors")
 	for _, tp := range append([]results.Throughput{c}, run.Throughput...) {
-		t.add(tp.Lib, num(tp.OpsPerSec, 0), ratio(tp.RatioToCeiling), num(tp.Cost.ClientCPUUs, 1), num(tp.Cost.ServerCPUUs, 1),
-			num(tp.Cost.ServerCalls, 1), num(tp.Cost.ClientCommands, 2), num(tp.Cost.RoundTrips, 2), count(tp.Errors))
+		var each []string
+		var errs int64
+		for _, r := range tp.Rounds {
+			each = append(each, fmt.Sprintf("%s (%.2f)", num(r.OpsPerSec, 0), r.Ratio))
+			errs += r.Errors
+		}
+		t.add(tp.Lib, num(tp.OpsPerSec, 0), ratio(tp.RatioToCeiling), strings.Join(each, ", "),
+			num(tp.Cost.ClientCPUUs, 1), num(tp.Cost.ServerCPUUs, 1),
+			num(tp.Cost.ServerCalls, 1), num(tp.Cost.ClientCommands, 2), num(tp.Cost.RoundTrips, 2), count(errs))
 	}
 	t.write(b)
-	fmt.Fprintf(b, "Server time per command (commandstats; a script's EVALSHA time includes the commands it ran, which are "+
-		"also listed on their own):\n\n")
+	fmt.Fprintf(b, "Server time per command in the median round (commandstats; a script's EVALSHA time includes the "+
+		"commands it ran, which are also listed on their own):\n\n")
 	ct := newTable("library", "command", "calls/op", "µs/call", "µs/op")
 	for _, tp := range append([]results.Throughput{c}, run.Throughput...) {
 		for _, cmd := range tp.Cost.Commands {
@@ -155,12 +167,13 @@ func quality(b *strings.Builder, run results.Run) {
 	fmt.Fprintf(b, "## Measurement quality\n\n"+
 		"Each case is checked for outside load: the p50 of %d PINGs before and after it must not differ by more than %.0f×, "+
 		"and other processes (the machine's user+system CPU time less this process's and the case's redis-server's) and "+
-		"the hypervisor's steal must stay under %.2f cores. A disturbed case is run again in a later pass, after every "+
+		"the hypervisor's steal must stay under %.2f cores (own cores: this process and the case's redis-server, for scale). A disturbed case is run again in a later pass, after every "+
 		"other case, at most %d attempts in all and while the time budget lasts; the numbers above are from its last "+
 		"attempt, and a case still disturbed then is marked below.\n\n",
 		run.Sizes.FloorPings, run.Sizes.FloorDriftLimit, run.Sizes.OthersCoresLimit, run.Sizes.MaxAttempts)
-	t := newTable("case", "attempts", "floor before µs", "floor after µs", "others cores", "steal cores", "disturbed", "why (each disturbed attempt)")
-	t.left = []int{6, 7}
+	t := newTable("case", "attempts", "floor before µs", "floor after µs", "own cores", "others cores", "steal cores",
+		"disturbed", "why (each disturbed attempt)")
+	t.left = []int{7, 8}
 	for _, c := range cases(run) {
 		if len(c.q.Attempts) == 0 {
 			continue
@@ -177,7 +190,7 @@ func quality(b *strings.Builder, run results.Run) {
 			disturbed = "**yes**"
 		}
 		t.add(c.name, count(len(c.q.Attempts)), num(last.FloorBeforeUs, 1), num(last.FloorAfterUs, 1),
-			num(last.OthersCores, 2), num(last.StealCores, 2), disturbed, strings.Join(why, "<br>"))
+			num(last.OwnCores, 2), num(last.OthersCores, 2), num(last.StealCores, 2), disturbed, strings.Join(why, "<br>"))
 	}
 	t.write(b)
 }
@@ -194,7 +207,9 @@ func cases(run results.Run) []namedQuality {
 		out = append(out, namedQuality{"sequential " + s.Lib, s.Quality})
 	}
 	for _, tp := range append([]results.Throughput{run.Ceiling}, run.Throughput...) {
-		out = append(out, namedQuality{"throughput " + tp.Lib, tp.Quality})
+		for i, r := range tp.Rounds {
+			out = append(out, namedQuality{fmt.Sprintf("throughput %s, round %d", tp.Lib, i+1), r.Quality})
+		}
 	}
 	for _, h := range run.Handoff {
 		out = append(out, namedQuality{fmt.Sprintf("hand-off %s, %d waiters, hold %.0f ms", h.Lib, h.Waiters, h.HoldMs), h.Quality})

@@ -53,6 +53,7 @@ type Sizes struct {
 	TPGoroutines     int             `json:"tp_goroutines"`
 	TPOps            int             `json:"tp_ops"`
 	TPWindow         time.Duration   `json:"tp_window_ns"`
+	TPRounds         int             `json:"tp_rounds"`
 	HandoffWaiters   []int           `json:"handoff_waiters"`
 	HandoffHolds     []time.Duration `json:"handoff_holds_ns"`
 	HandoffAcq       int             `json:"handoff_acquisitions"`
@@ -124,19 +125,31 @@ type Cost struct {
 	Commands       []Command `json:"commands"`        // per command, server side
 }
 
-// Throughput is scenario 3 (and its SET+DEL ceiling): goroutines on
-// distinct keys, acquire then release, as fast as they can.
+// Throughput is scenario 3 (and its SET+DEL ceiling) for one library:
+// goroutines on distinct keys, acquire then release, as fast as they can,
+// in TPRounds rounds that alternate with the other libraries' rounds. Its
+// figures are those of the median round by ops/s; the ratio is the median
+// of each round's ratio to the ceiling's round of the same turn.
 type Throughput struct {
-	Lib            string  `json:"lib"`
-	Quality        Quality `json:"quality"`
-	Goroutines     int     `json:"goroutines"`
-	Ops            int64   `json:"ops"`
-	Seconds        float64 `json:"seconds"`
-	OpsPerSec      float64 `json:"ops_per_sec"`
-	RatioToCeiling float64 `json:"ratio_to_ceiling"`
-	Cost           Cost    `json:"cost"`
-	Errors         int64   `json:"errors"`
-	FirstError     string  `json:"first_error,omitempty"`
+	Lib            string            `json:"lib"`
+	Goroutines     int               `json:"goroutines"`
+	OpsPerSec      float64           `json:"ops_per_sec"`      // the median round's
+	RatioToCeiling float64           `json:"ratio_to_ceiling"` // median over rounds
+	Cost           Cost              `json:"cost"`             // the median round's
+	Median         int               `json:"median_round"`     // index into Rounds
+	Rounds         []ThroughputRound `json:"rounds"`
+}
+
+// ThroughputRound is one round of the throughput scenario: one case.
+type ThroughputRound struct {
+	Quality    Quality `json:"quality"`
+	Ops        int64   `json:"ops"`
+	Seconds    float64 `json:"seconds"`
+	OpsPerSec  float64 `json:"ops_per_sec"`
+	Ratio      float64 `json:"ratio_to_ceiling"` // to the ceiling's round of the same turn
+	Cost       Cost    `json:"cost"`
+	Errors     int64   `json:"errors"`
+	FirstError string  `json:"first_error,omitempty"`
 }
 
 // Handoff is scenario 4: waiters goroutines on one key.

@@ -69,9 +69,13 @@ func checkRun(t *testing.T, run results.Run) {
 		}
 	}
 	for _, tp := range append([]results.Throughput{run.Ceiling}, run.Throughput...) {
-		if tp.Ops == 0 || tp.Errors != 0 || tp.Cost.ServerCalls == 0 || tp.RatioToCeiling <= 0 {
-			t.Errorf("throughput %s: ops %d, errors %d (%s), server calls/op %.1f, ratio %.2f",
-				tp.Lib, tp.Ops, tp.Errors, tp.FirstError, tp.Cost.ServerCalls, tp.RatioToCeiling)
+		if len(tp.Rounds) != run.Sizes.TPRounds || tp.Cost.ServerCalls == 0 || tp.RatioToCeiling <= 0 {
+			t.Errorf("throughput %s: %d rounds, server calls/op %.1f, ratio %.2f", tp.Lib, len(tp.Rounds), tp.Cost.ServerCalls, tp.RatioToCeiling)
+		}
+		for i, r := range tp.Rounds {
+			if r.Ops == 0 || r.Errors != 0 {
+				t.Errorf("throughput %s round %d: ops %d, errors %d (%s)", tp.Lib, i+1, r.Ops, r.Errors, r.FirstError)
+			}
 		}
 	}
 	if want := 4 * len(run.Sizes.HandoffWaiters) * len(run.Sizes.HandoffHolds); len(run.Handoff) != want {
