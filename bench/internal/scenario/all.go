@@ -23,7 +23,7 @@ func DefaultSizes() results.Sizes {
 		RenewTTL: 3 * time.Second, RenewEvery: time.Second,
 		PoolSize:         128,
 		MaxAttempts:      3,
-		OthersCoresLimit: 0.25,
+		OthersCoresLimit: 0.1,
 		FloorDriftLimit:  2,
 	}
 }
