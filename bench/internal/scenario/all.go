@@ -8,8 +8,8 @@ import (
 	"github.com/jobguard/jobguard/bench/internal/results"
 )
 
-// DefaultSizes are the sizes of a full run: about two and a half minutes
-// of cases when nothing needs a re-run.
+// DefaultSizes are the sizes of a full run: about three minutes of cases
+// when nothing needs a re-run.
 func DefaultSizes() results.Sizes {
 	return results.Sizes{
 		FloorPings: 200,
