@@ -1,0 +1,221 @@
+// Package report renders a benchmark run as Markdown: RESULTS.md.
+package report
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jobguard/jobguard/bench/internal/results"
+)
+
+// Files are the charts the report shows, as cmd/charts names them.
+const (
+	ThroughputPNG = "throughput.png"
+	HandoffPNG    = "handoff.png"
+)
+
+// Markdown returns the report of run. makeCmd is the command that made it.
+func Markdown(run results.Run, makeCmd string) string {
+	var b strings.Builder
+	header(&b, run, makeCmd)
+	ping(&b, run)
+	sequential(&b, run)
+	throughput(&b, run)
+	handoff(&b, run)
+	renewal(&b, run)
+	quality(&b, run)
+	return b.String()
+}
+
+func header(b *strings.Builder, run results.Run, makeCmd string) {
+	m, s := run.Machine, run.Sizes
+	fmt.Fprintf(b, "# Lock benchmark: guard, redsync, redislock, raw SET NX\n\n")
+	fmt.Fprintf(b, "Generated from `results.json` by `go run ./cmd/report`; do not edit by hand.\n\n")
+	t := newTable("run", "")
+	t.left = []int{1}
+	t.add("date", m.Date)
+	t.add("machine", fmt.Sprintf("%s, %d CPUs, %s", m.CPUModel, m.CPUs, m.Kernel))
+	t.add("pinning", m.Pinning)
+	t.add("Go", fmt.Sprintf("%s, GOMAXPROCS %d", m.GoVersion, m.GOMAXPROCS))
+	t.add("Redis", m.RedisVersion+", one fresh `redis-server --save '' --appendonly no` per case, on 127.0.0.1")
+	t.add("guard", "this repository at "+m.Guard)
+	for _, lib := range slices.Sorted(maps.Keys(m.Libraries)) {
+		t.add(lib, m.Libraries[lib])
+	}
+	t.add("command", "`"+makeCmd+"`")
+	t.add("bench run", "`"+run.Command+"`, "+fmt.Sprintf("%.0f s", run.ElapsedSec))
+	t.write(b)
+	fmt.Fprintf(b, "Every client is a go-redis client with a pool of %d connections. Outside scenario 5 every lock has a TTL of %v; "+
+		"the polling libraries retry a busy key every %v: redislock with `LinearBackoff(%v)`, redsync with its default 32 tries "+
+		"but `WithRetryDelay(%v)` (default: random 50–250 ms), the raw baseline with a %v sleep. guard does not poll: a waiter "+
+		"sleeps until a release is published.\n\n", s.PoolSize, s.TTL, s.RetryDelay, s.RetryDelay, s.RetryDelay, s.RetryDelay)
+	if m.ClientCPU >= 0 && m.ServerCPU >= 0 && m.ClientCPU != m.ServerCPU {
+		fmt.Fprintf(b, "With client and server pinned to different CPUs every round trip pays two cross-CPU wake-ups, "+
+			"which on a virtual machine can cost more than Redis's own work: compare the PING floor below with the same "+
+			"PING with both on one CPU (`-client-cpu 1 -server-cpu 1`) before reading absolute latencies. Ratios to a floor "+
+			"measured in the same case carry the same cost on both sides.\n\n")
+	}
+	fmt.Fprintf(b, "\"Server calls\" are INFO commandstats calls, which count the commands a script runs with `redis.call` as well as "+
+		"the EVALSHA that ran it; \"client commands\" and \"round trips\" are what the client sent, counted by a go-redis hook "+
+		"(a pipeline is one round trip). The harness's own INFO and PING are left out of both.\n\n")
+}
+
+func ping(b *strings.Builder, run results.Run) {
+	p := run.Ping.RTT
+	fmt.Fprintf(b, "## 1. PING floor\n\nSequential PINGs on one connection: the floor of any request.\n\n")
+	t := newTable("PINGs", "p50 µs", "p90 µs", "p99 µs", "mean µs")
+	t.add(count(p.N), num(p.P50us, 1), num(p.P90us, 1), num(p.P99us, 1), num(p.MeanUs, 1))
+	t.write(b)
+}
+
+func sequential(b *strings.Builder, run results.Run) {
+	fmt.Fprintf(b, "## 2. Uncontended acquire + release, one key, one goroutine\n\n"+
+		"Each acquire+release is followed by two PINGs on the same client, timed apart: the floor is sampled next to each "+
+		"operation (op, PING, PING, op, …). Ratio = p50 of the operation / p50 of PING+PING.\n\n")
+	t := newTable("library", "ops", "p50 µs", "p99 µs", "floor p50 µs", "p50 / floor", "p99 / floor p99", "errors")
+	for _, s := range run.Sequential {
+		t.add(s.Lib, count(s.Op.N), num(s.Op.P50us, 1), num(s.Op.P99us, 1), num(s.Floor.P50us, 1),
+			ratio(s.RatioP50), ratio(s.RatioP99), count(s.Errors))
+	}
+	t.write(b)
+}
+
+func throughput(b *strings.Builder, run results.Run) {
+	c := run.Ceiling
+	fmt.Fprintf(b, "## 3. Throughput, %d goroutines on distinct keys\n\n"+
+		"Each goroutine acquires and releases a key of its own as fast as it can, for up to %v. The ceiling: as many "+
+		"goroutines doing SET then DEL. Each library runs %d rounds, each on a fresh server, alternating with the others "+
+		"(SET+DEL, guard, redsync, redislock, raw, SET+DEL, …): the figures are the median round's (by ops/s), and "+
+		"\"vs SET+DEL\" is the median of each round's ratio to the SET+DEL round of the same turn. Client CPU is "+
+		"getrusage of the whole client process; server CPU is INFO used_cpu_sys+used_cpu_user; both per operation "+
+		"(acquire+release). With one core each, the client is the bottleneck of most rounds, so ops/s varies more "+
+		"from round to round than server CPU per op does.\n\n![server CPU per op and throughput](%s)\n\n",
+		c.Goroutines, run.Sizes.TPWindow, run.Sizes.TPRounds, ThroughputPNG)
+	t := newTable("library", "ops/s", "vs SET+DEL", "each round: ops/s (vs SET+DEL)", "client CPU µs/op", "server CPU µs/op",
+		"server calls/op", "client commands/op", "round trips/op", "errors")
+	for _, tp := range append([]results.Throughput{c}, run.Throughput...) {
+		var each []string
+		var errs int64
+		for _, r := range tp.Rounds {
+			each = append(each, fmt.Sprintf("%s (%.2f)", num(r.OpsPerSec, 0), r.Ratio))
+			errs += r.Errors
+		}
+		t.add(tp.Lib, num(tp.OpsPerSec, 0), ratio(tp.RatioToCeiling), strings.Join(each, ", "),
+			num(tp.Cost.ClientCPUUs, 1), num(tp.Cost.ServerCPUUs, 1),
+			num(tp.Cost.ServerCalls, 1), num(tp.Cost.ClientCommands, 2), num(tp.Cost.RoundTrips, 2), count(errs))
+	}
+	t.write(b)
+	fmt.Fprintf(b, "Server time per command in the median round (commandstats; a script's EVALSHA time includes the "+
+		"commands it ran, which are also listed on their own):\n\n")
+	ct := newTable("library", "command", "calls/op", "µs/call", "µs/op")
+	for _, tp := range append([]results.Throughput{c}, run.Throughput...) {
+		for _, cmd := range tp.Cost.Commands {
+			ct.add(tp.Lib, "`"+cmd.Name+"`", num(cmd.CallsPerOp, 2), num(cmd.UsecPerCall, 2), num(cmd.UsecPerOp, 2))
+		}
+	}
+	ct.write(b)
+}
+
+func handoff(b *strings.Builder, run results.Run) {
+	fmt.Fprintf(b, "## 4. Contended hand-off, one key\n\n"+
+		"N goroutines take turns on one key, holding it for 0 or 1 ms, for up to %v. Hand-off latency runs from a holder's "+
+		"unlock call to the lock return of a *different* goroutine (a goroutine that takes the key back itself is no "+
+		"hand-off). Per acquisition: server calls, client commands and round trips over the whole case, failed attempts "+
+		"and releases included. Fairness = min / max acquisitions per goroutine. Violations: an atomic counts holders "+
+		"that overlapped; it must be 0. Gave up: the lock call returned an error inside the window (redsync after its 32 "+
+		"tries), and the goroutine tried again.\n\n![hand-off latency and commands per acquisition](%s)\n\n",
+		run.Sizes.HandoffWindow, HandoffPNG)
+	t := newTable("library", "waiters", "hold ms", "acquisitions", "hand-offs", "p50 µs", "p99 µs", "server calls/acq",
+		"client commands/acq", "round trips/acq", "server CPU µs/acq", "fairness", "violations", "gave up", "errors")
+	for _, h := range run.Handoff {
+		t.add(h.Lib, count(h.Waiters), num(h.HoldMs, 0), count(h.Acquisitions), count(h.Latency.N),
+			num(h.Latency.P50us, 0), num(h.Latency.P99us, 0), num(h.Cost.ServerCalls, 1), num(h.Cost.ClientCommands, 1),
+			num(h.Cost.RoundTrips, 1), num(h.Cost.ServerCPUUs, 1),
+			fmt.Sprintf("%.2f (%d/%d)", h.Fairness, h.MinPerWaiter, h.MaxPerWaiter),
+			count(h.Violations), count(h.GaveUp), count(h.Errors))
+	}
+	t.write(b)
+}
+
+func renewal(b *strings.Builder, run results.Run) {
+	s := run.Sizes
+	fmt.Fprintf(b, "## 5. %s held locks renewed for %v\n\n"+
+		"guard renews on its heartbeat (`WithTTL(%v)`, so every %v); redsync and redislock have one goroutine per lock "+
+		"calling `Extend` / `Refresh` every %v, as their users do; the raw baseline takes its locks with a TTL longer than "+
+		"the window and never renews. Measured over the window only, after every lock is held. Goroutines: while "+
+		"holding, less those left once all are released and the library closed. Heap and stacks: in use after a GC, "+
+		"over a baseline taken with the client's connections open.\n\n",
+		count(s.RenewLocks), s.RenewWindow, s.RenewTTL, s.RenewTTL/3, s.RenewEvery)
+	t := newTable("library", "TTL", "goroutines", "server calls", "client commands", "round trips", "client CPU s",
+		"server CPU s", "heap MiB", "stacks MiB", "locks lost")
+	for _, r := range run.Renewal {
+		lost := count(r.Lost)
+		if !r.Renews {
+			lost = "n/a (no renewal, no owner check)"
+		}
+		t.add(r.Lib, (time.Duration(r.TTLms) * time.Millisecond).String(), count(r.Goroutines), count(r.ServerCalls),
+			count(r.ClientCmds), count(r.RoundTrips), num(r.ClientCPUSec, 3), num(r.ServerCPUSec, 3),
+			num(r.HeapInuseMiB, 1), num(r.StackInuseMiB, 1), lost)
+	}
+	t.write(b)
+}
+
+func quality(b *strings.Builder, run results.Run) {
+	fmt.Fprintf(b, "## Measurement quality\n\n"+
+		"Each case is checked for outside load: the p50 of %d PINGs before and after it must not differ by more than %.0f×, "+
+		"and other processes (the machine's user+system CPU time less this process's and the case's redis-server's) and "+
+		"the hypervisor's steal must stay under %.2f cores (own cores: this process and the case's redis-server, for scale). A disturbed case is run again in a later pass, after every "+
+		"other case, at most %d attempts in all and while the time budget lasts; the numbers above are from its last "+
+		"attempt, and a case still disturbed then is marked below.\n\n",
+		run.Sizes.FloorPings, run.Sizes.FloorDriftLimit, run.Sizes.OthersCoresLimit, run.Sizes.MaxAttempts)
+	t := newTable("case", "attempts", "floor before µs", "floor after µs", "own cores", "others cores", "steal cores",
+		"disturbed", "why (each disturbed attempt)")
+	t.left = []int{7, 8}
+	for _, c := range cases(run) {
+		if len(c.q.Attempts) == 0 {
+			continue
+		}
+		last := c.q.Attempts[len(c.q.Attempts)-1]
+		var why []string
+		for i, a := range c.q.Attempts {
+			if len(a.Reasons) > 0 {
+				why = append(why, fmt.Sprintf("%d: %s", i+1, strings.Join(a.Reasons, "; ")))
+			}
+		}
+		disturbed := "no"
+		if c.q.Disturbed {
+			disturbed = "**yes**"
+		}
+		t.add(c.name, count(len(c.q.Attempts)), num(last.FloorBeforeUs, 1), num(last.FloorAfterUs, 1),
+			num(last.OwnCores, 2), num(last.OthersCores, 2), num(last.StealCores, 2), disturbed, strings.Join(why, "<br>"))
+	}
+	t.write(b)
+}
+
+type namedQuality struct {
+	name string
+	q    results.Quality
+}
+
+// cases lists every case of run with its quality record.
+func cases(run results.Run) []namedQuality {
+	out := []namedQuality{{"ping", run.Ping.Quality}}
+	for _, s := range run.Sequential {
+		out = append(out, namedQuality{"sequential " + s.Lib, s.Quality})
+	}
+	for _, tp := range append([]results.Throughput{run.Ceiling}, run.Throughput...) {
+		for i, r := range tp.Rounds {
+			out = append(out, namedQuality{fmt.Sprintf("throughput %s, round %d", tp.Lib, i+1), r.Quality})
+		}
+	}
+	for _, h := range run.Handoff {
+		out = append(out, namedQuality{fmt.Sprintf("hand-off %s, %d waiters, hold %.0f ms", h.Lib, h.Waiters, h.HoldMs), h.Quality})
+	}
+	for _, r := range run.Renewal {
+		out = append(out, namedQuality{"renewal " + r.Lib, r.Quality})
+	}
+	return out
+}
