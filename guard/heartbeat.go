@@ -24,6 +24,7 @@ type heartbeat struct {
 	queue   holdQueue
 	pending []*hold        // due holds for the worker
 	sending map[string]int // pipelines on the wire per node
+	wakeAt  time.Time      // when the scheduler wakes unless poked
 	poke    chan struct{}
 	work    chan struct{}
 	done    chan struct{}
@@ -69,11 +70,17 @@ func signal(c chan struct{}) {
 	}
 }
 
+// add schedules h. The scheduler is woken only when h is due before the
+// time it sleeps until: a stream of acquisitions with one TTL is due ever
+// later, and waking a goroutine for each would cost more than the request.
 func (hb *heartbeat) add(h *hold) {
 	hb.mu.Lock()
 	heap.Push(&hb.queue, h)
+	early := h.due().Before(hb.wakeAt)
 	hb.mu.Unlock()
-	signal(hb.poke)
+	if early {
+		signal(hb.poke)
+	}
 }
 
 // remove stops renewing h. Once it returns, no renewal of h is sent and no
@@ -102,6 +109,7 @@ func (hb *heartbeat) schedule() {
 		lost, batch := hb.queue.take(now)
 		hb.pending = append(hb.pending, batch...)
 		next := hb.queue.next(now)
+		hb.wakeAt = now.Add(next)
 		hb.mu.Unlock()
 
 		if len(batch) > 0 {
