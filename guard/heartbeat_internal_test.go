@@ -223,7 +223,7 @@ func (c *renewCounter) count() int {
 	return c.n
 }
 
-// A renewal that Redis refuses at once (here: an ACL denies FCALL) is
+// A renewal that Redis refuses at once (here: an ACL denies scripts) is
 // retried when the clock has moved on by retryEvery, and not before: with
 // the default schedule (interval 10s, retry 1s, batch window 1s) a retry
 // used to be sent again at once, in a loop for as long as the server kept
@@ -238,7 +238,7 @@ func TestRefusedRenewalIsRetriedOnSchedule(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := srv.Client(t)
-	if err := admin.Do(t.Context(), "ACL", "SETUSER", "default", "-fcall").Err(); err != nil {
+	if err := admin.Do(t.Context(), "ACL", "SETUSER", "default", "-fcall", "-evalsha", "-eval").Err(); err != nil {
 		t.Fatal(err)
 	}
 	clk.advanceTo(t, t0.Add(10*time.Second))
@@ -250,7 +250,7 @@ func TestRefusedRenewalIsRetriedOnSchedule(t *testing.T) {
 	retry := h(le).timing.retryEvery()
 	clk.advanceTo(t, t0.Add(10*time.Second+retry))
 	eventually(t, "the retry was refused", func() bool { return counter.count() >= 2 })
-	if err := admin.Do(t.Context(), "ACL", "SETUSER", "default", "+fcall").Err(); err != nil {
+	if err := admin.Do(t.Context(), "ACL", "SETUSER", "default", "+fcall", "+evalsha", "+eval").Err(); err != nil {
 		t.Fatal(err)
 	}
 	clk.advanceTo(t, t0.Add(10*time.Second+2*retry))

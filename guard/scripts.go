@@ -73,8 +73,8 @@ func newScripts() *scripts {
 // runFunction sends calls as FCALL of sc's function. A server without the
 // library gets it (FUNCTION LOAD on the node that serves route) and the
 // calls again. ok is false when the caller must send them by hash instead:
-// the server knows no FCALL (from then on the store uses EVALSHA), or the
-// library could not be had where the calls landed.
+// the server knows no FCALL or its ACL denies it (from then on the store
+// uses EVALSHA), or the library could not be had where the calls landed.
 func (s *redisStore) runFunction(ctx context.Context, sc *script, route string, calls []scriptCall, ack bool) (cmds []*redis.Cmd, unacked error, ok bool) {
 	wait := ack && s.replicas > 0
 	for attempt := 0; attempt < 2; attempt++ {
@@ -85,7 +85,7 @@ func (s *redisStore) runFunction(ctx context.Context, sc *script, route string, 
 			cmds, waited = s.pipeline(ctx, sc.fn, nil, calls, wait, false)
 		}
 		switch {
-		case anyErr(cmds, isUnknownCommand):
+		case anyErr(cmds, isUnknownCommand), anyErr(cmds, isNoPermission):
 			s.scripts.noFunctions.Store(true)
 			return nil, nil, false
 		case !anyErr(cmds, isNoFunction):
@@ -237,6 +237,13 @@ func isNoScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIP
 func isNoFunction(err error) bool {
 	var reply redis.Error
 	return errors.As(err, &reply) && strings.Contains(err.Error(), "Function not found")
+}
+
+// isNoPermission reports a command the server's ACL denies the client:
+// one that may run scripts by hash but not functions keeps working.
+func isNoPermission(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && strings.HasPrefix(err.Error(), "NOPERM")
 }
 
 // isUnknownCommand reports the answer of a server without FCALL.

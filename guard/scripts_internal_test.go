@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/jobguard/jobguard/internal/redistest"
 )
 
@@ -42,5 +44,34 @@ func TestScriptsRunAsFunctions(t *testing.T) {
 	}
 	if strings.Contains(stats, "cmdstat_eval") {
 		t.Errorf("EVALSHA was sent:\n%s", stats)
+	}
+}
+
+// A client whose ACL denies FCALL but allows EVALSHA keeps working, by hash.
+func TestScriptsFallBackWhenACLDeniesFunctions(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	if err := admin.Do(t.Context(), "ACL", "SETUSER", "locker", "on", "nopass", "~*", "&*", "+@all", "-fcall", "-function").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := srv.Client(t, func(o *redis.Options) { o.Username, o.Password = "locker", "any" }) // nopass takes any
+	cfg, err := newConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newRedisStore(c, 0, 0)
+	l := newLocker(st, realClock{}, cfg)
+	t.Cleanup(func() { _ = l.Close() })
+	for range 2 {
+		le, err := l.Acquire(t.Context(), "acl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := le.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !st.scripts.noFunctions.Load() {
+		t.Fatal("the store kept trying FCALL under an ACL that denies it")
 	}
 }
