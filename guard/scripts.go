@@ -42,7 +42,7 @@ type scripts struct {
 	// scripts, so Lockers of two versions of this package can share a
 	// server during a rolling deploy, each calling its own.
 	library     string
-	noFunctions atomic.Bool // a server answered that it knows no FCALL
+	noFunctions atomic.Bool // a server knows no FCALL or denies it: use EVALSHA
 }
 
 func newScripts() *scripts {
@@ -103,7 +103,9 @@ func (s *redisStore) runFunction(ctx context.Context, sc *script, route string, 
 }
 
 // loadLibrary loads the guard library on the master that serves route. A
-// server that refuses FUNCTION LOAD (an ACL, a proxy) is not asked again.
+// server that refuses FUNCTION LOAD for good (an ACL, a proxy that does not
+// know it) is not asked again; one that fails it for now (LOADING, READONLY
+// during a failover) is asked at the next call.
 func (s *redisStore) loadLibrary(ctx context.Context, route string) error {
 	var err error
 	if s.cluster != nil {
@@ -115,8 +117,7 @@ func (s *redisStore) loadLibrary(ctx context.Context, route string) error {
 	} else {
 		err = s.client.FunctionLoadReplace(ctx, s.scripts.library).Err()
 	}
-	var reply redis.Error
-	if err != nil && errors.As(err, &reply) {
+	if err != nil && (isNoPermission(err) || isUnknownCommand(err)) {
 		s.scripts.noFunctions.Store(true)
 	}
 	return err
