@@ -67,7 +67,14 @@
 //   - the body is larger than MaxStoredBody (default 1 MiB): the response
 //     is sent but not stored, so a retry runs the handler again;
 //   - the lease was lost while the handler ran: another request may have
-//     run it meanwhile, so nothing is claimed as the key's result;
+//     run it meanwhile, so nothing is claimed as the key's result. This
+//     holds also when the loss went unnoticed (the process was paused): a
+//     response is stored only if no request with a newer hold on the key
+//     (a higher fencing token) has begun. A newer request that begins first
+//     fences the older one's slot, in one Redis command that the older
+//     one's store would need; one that begins after the older response was
+//     stored replays it instead of running. So a stale request never
+//     overwrites, nor is replayed instead of, a newer request's response;
 //   - the handler panicked, or never ran (every refusal above);
 //   - NoReplay is set.
 //
@@ -75,7 +82,11 @@
 // them conditional on its own records (for example, a unique constraint on
 // the key).
 //
-// Redis holds, per key, the fingerprint, the response and guard's fencing
-// counter (each expiring after the retention window), and the lease while
-// the handler runs.
+// Redis holds, per key, the fingerprint (with the fencing token of the
+// request that bound it), the response and guard's fencing counter, each
+// expiring after the retention window, and the lease while the handler runs.
+// Each run that stored no response adds a small marker for the retention
+// window, which the next run follows; a key that ran more than 100 times
+// within the window without a stored response is answered 503 until its
+// markers expire.
 package httpguard

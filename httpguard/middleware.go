@@ -96,9 +96,6 @@ type request struct {
 	log         *slog.Logger
 }
 
-// responseKey is the claim key of the stored response.
-func (q *request) responseKey() string { return q.lookup + ":response" }
-
 // serve answers a guarded request with a valid key: from storage, with a
 // refusal, or by running the handler under the key's lease (locked).
 func (h *handler) serve(q *request) {
@@ -110,10 +107,10 @@ func (h *handler) serve(q *request) {
 	}
 	// While the first request runs, a different payload is refused as
 	// reused rather than as in flight.
-	if fp, ok, err := h.l.Claimed(ctx, q.lookup); err != nil {
+	if b, ok, err := h.l.Claimed(ctx, q.lookup); err != nil {
 		h.unavailable(q, err)
 		return
-	} else if ok && !bytes.Equal(fp, q.fingerprint) {
+	} else if fp, _ := splitBinding(b); ok && !bytes.Equal(fp, q.fingerprint) {
 		h.deny(q.w, q.r, problemKeyReused())
 		return
 	}
@@ -180,9 +177,9 @@ func (h *handler) lockOptions(r *http.Request) []guard.LockOption {
 }
 
 // locked runs with the lease held; lease, its context, is done only if the
-// lease is lost. Unless the request completed meanwhile, it binds the key
-// to the payload, then runs the handler and stores its response. It
-// reports whether it stored a response.
+// lease is lost. Unless the request completed meanwhile or a newer request
+// superseded it, it binds the key to the payload, then runs the handler and
+// stores its response (see begin). It reports whether it stored a response.
 func (h *handler) locked(lease context.Context, q *request) bool {
 	// The handler's context ends with the lease and with the client.
 	ctx, cancel := context.WithCancelCause(lease)
@@ -190,55 +187,40 @@ func (h *handler) locked(lease context.Context, q *request) bool {
 	stop := context.AfterFunc(q.r.Context(), func() { cancel(context.Cause(q.r.Context())) })
 	defer stop()
 
-	// The first request may have completed between the lookup before the
-	// lock and the lock.
-	if h.c.replay && h.answerFromStore(ctx, q) {
+	token, _ := guard.TokenFrom(lease, q.lookup)
+	if !h.c.replay {
+		if _, _, ok := h.bindKey(ctx, q, token); ok {
+			h.serveOnly(ctx, q)
+		}
 		return false
 	}
-	if !h.bindKey(ctx, q) {
+	slot := h.begin(ctx, q, token)
+	if slot == "" {
 		return false
 	}
-	return h.serveAndStore(ctx, lease, q)
+	return h.serveAndStore(ctx, lease, q, slot)
 }
 
-// bindKey binds the key to the request's payload unless an earlier request
-// did (one whose response was not stored), and reports whether the handler
-// may run: the key is bound to this payload. Otherwise it has answered.
-func (h *handler) bindKey(ctx context.Context, q *request) bool {
-	bound, err := h.l.Claim(ctx, q.lookup, q.fingerprint, h.c.retention)
-	if err != nil {
-		h.unavailable(q, err)
-		return false
-	}
-	if bound {
-		return true
-	}
-	fp, ok, err := h.l.Claimed(ctx, q.lookup)
-	if err != nil {
-		h.unavailable(q, err)
-		return false
-	}
-	if ok && !bytes.Equal(fp, q.fingerprint) {
-		h.deny(q.w, q.r, problemKeyReused())
-		return false
-	}
-	return true
+// serveOnly runs the handler with ctx and the body read before, for
+// NoReplay.
+func (h *handler) serveOnly(ctx context.Context, q *request) {
+	h.next.ServeHTTP(q.w, q.withBody(ctx))
+	q.log.Debug("httpguard: handled")
 }
 
-// serveAndStore runs the handler with ctx and the body read before, and,
-// unless NoReplay, stores its response for replay. It reports whether it
-// stored one.
-func (h *handler) serveAndStore(ctx, lease context.Context, q *request) bool {
+// withBody returns the request with ctx and the body read before.
+func (q *request) withBody(ctx context.Context) *http.Request {
 	r := q.r.WithContext(ctx)
 	r.Body = io.NopCloser(bytes.NewReader(q.body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(q.body)), nil }
-	if !h.c.replay {
-		h.next.ServeHTTP(q.w, r)
-		q.log.Debug("httpguard: handled")
-		return false
-	}
+	return r
+}
+
+// serveAndStore runs the handler with ctx and the body read before, and
+// stores its response for replay in slot. It reports whether it stored it.
+func (h *handler) serveAndStore(ctx, lease context.Context, q *request, slot string) bool {
 	rw := &recorder{ResponseWriter: q.w, allow: h.c.replayHeaders, limit: h.c.maxStoredBody}
-	h.next.ServeHTTP(rw, r) // a panic propagates: nothing is stored
+	h.next.ServeHTTP(rw, q.withBody(ctx)) // a panic propagates: nothing is stored
 
 	wroteNothing := rw.status == 0
 	rec, ok := rw.finish()
@@ -254,26 +236,27 @@ func (h *handler) serveAndStore(ctx, lease context.Context, q *request) bool {
 		q.log.Debug("httpguard: handled; response not stored", "status", rec.Status, "body_over_limit", rw.overflow)
 		return false
 	}
-	return h.store(lease, q, rec)
+	return h.store(lease, q, slot, rec)
 }
 
-// store keeps rec as the key's response for the retention window, and
-// reports whether it did. It writes with the lease's own context: the
+// store keeps rec as the key's response for the retention window, in slot,
+// and reports whether it did. It writes with the lease's own context: the
 // response is stored also when the client has gone, and not once the
-// lease is lost.
-func (h *handler) store(lease context.Context, q *request, rec record) bool {
+// lease is known lost. A lease lost unnoticed (a pause) is caught by the
+// slot: a newer request that began has filled it (see begin).
+func (h *handler) store(lease context.Context, q *request, slot string, rec record) bool {
 	rec.Fingerprint = q.fingerprint
 	b, err := json.Marshal(rec)
 	if err != nil {
 		q.log.Error("httpguard: response not stored", "err", err)
 		return false
 	}
-	stored, err := h.l.Claim(lease, q.responseKey(), b, h.c.retention)
+	stored, err := h.l.Claim(lease, slot, b, h.c.retention)
 	switch {
 	case err != nil:
 		q.log.Error("httpguard: response not stored; a retry runs the handler again", "err", err)
 	case !stored:
-		q.log.Warn("httpguard: a response was stored already; kept that one")
+		q.log.Warn("httpguard: response not stored: the lease was lost and a newer request has begun", "status", rec.Status)
 	default:
 		q.log.Debug("httpguard: handled; response stored", "status", rec.Status)
 	}
@@ -284,28 +267,11 @@ func (h *handler) store(lease context.Context, q *request, rec record) bool {
 // request if that response belongs to another payload. It reports whether
 // it answered.
 func (h *handler) answerFromStore(ctx context.Context, q *request) bool {
-	b, ok, err := h.l.Claimed(ctx, q.responseKey())
-	if err != nil {
-		h.unavailable(q, err)
-		return true
-	}
-	if !ok {
+	rec, _, _, err := h.walk(ctx, q, q.head())
+	if err == nil && rec == nil {
 		return false
 	}
-	rec, err := decodeRecord(b)
-	if err != nil {
-		// Not a record this version can read (another version wrote it):
-		// failing closed keeps the handler from running twice for the key.
-		q.log.Error("httpguard: stored response unreadable; answering 503", "err", err)
-		h.unavailable(q, err)
-		return true
-	}
-	if !bytes.Equal(rec.Fingerprint, q.fingerprint) {
-		h.deny(q.w, q.r, problemKeyReused())
-		return true
-	}
-	replay(q.w, rec)
-	q.log.Debug("httpguard: replayed", "status", rec.Status)
+	h.answerWith(q, rec, err)
 	return true
 }
 
@@ -335,6 +301,11 @@ func (h *handler) unavailable(q *request, err error) {
 		return // the client is gone
 	}
 	q.log.Error("httpguard: Redis failed; answered 503", "err", err)
+	h.answer503(q)
+}
+
+// answer503 answers 503 with Retry-After: 1.
+func (h *handler) answer503(q *request) {
 	q.w.Header().Set("Retry-After", "1")
 	h.deny(q.w, q.r, problemUnavailable())
 }
