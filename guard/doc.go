@@ -131,7 +131,9 @@ package guard
 //	locker.go      Locker, New, the public calls, WithLock's run, Close
 //	acquire.go     one acquisition: re-entry, attempts, the wait between them
 //	store.go       the seam: what the Locker asks of where leases live, typed
-//	redis_store.go that seam on one Redis deployment; scripts/*.lua
+//	redis_store.go that seam on one Redis deployment: one typed call per script
+//	scripts.go     the script layer: functions (FCALL) or EVALSHA, NOSCRIPT, WAIT;
+//	               scripts/*.lua (prelude.lua explains the hash a lock is)
 //	hold.go        the hold a lease shares with its re-entries, and its end
 //	heartbeat.go   when to renew, when to tell a job to stop (timing.go: the rules)
 //	renewal.go     sending renewals in pipelines per node, applying answers
