@@ -96,7 +96,10 @@ func (h *handler) begin(ctx context.Context, q *request, token int64) string {
 		if own && end == q.head() {
 			return end
 		}
-		marked, err := h.l.Claim(ctx, end, []byte(supersededPrefix+strconv.FormatInt(token, 10)), h.c.retention)
+		// Twice the retention: a response stored in a later slot is reached
+		// only through this mark, and is kept for the retention counted from
+		// when it was stored, which is after this claim by the run's length.
+		marked, err := h.l.Claim(ctx, end, []byte(supersededPrefix+strconv.FormatInt(token, 10)), 2*h.c.retention)
 		if err != nil {
 			h.unavailable(q, err)
 			return ""

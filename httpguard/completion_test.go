@@ -248,3 +248,36 @@ func TestFencedCompletionBoundsTheChain(t *testing.T) {
 		t.Errorf("runs %d, log:\n%s", runs.get(), logged.String())
 	}
 }
+
+// A response stored in a later slot of the chain (an earlier run stored
+// nothing) is replayed for the whole retention, counted from when it was
+// stored: the mark that leads to it outlives it.
+func TestChainedResponseKeptForRetention(t *testing.T) {
+	e := newEnv(t)
+	const retention = 2 * time.Second
+	var runs counter
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.Retention(retention))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch runs.inc() {
+		case 1:
+			http.Error(w, "try again", http.StatusInternalServerError)
+			return
+		case 2:
+			time.Sleep(1200 * time.Millisecond) // a slow but healthy run
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "done")
+	})))
+	if res := e.send(t, post("/orders", "k", "x")); res.status != 500 {
+		t.Fatalf("run 1: %d", res.status)
+	}
+	if res := e.send(t, post("/orders", "k", "x")); res.status != 201 {
+		t.Fatalf("run 2: %d", res.status)
+	}
+	stored := time.Now()
+	time.Sleep(time.Second) // well within the response's 2s retention
+	res := e.send(t, post("/orders", "k", "x"))
+	t.Logf("retry %v after the response was stored: %d %q replayed=%q, runs=%d", time.Since(stored).Round(time.Millisecond), res.status, res.body, res.header.Get("Idempotent-Replayed"), runs.get())
+	if res.header.Get("Idempotent-Replayed") != "true" || runs.get() != 2 {
+		t.Errorf("the handler ran %d times; the retry was not replayed although the stored response is within retention", runs.get())
+	}
+}
