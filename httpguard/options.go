@@ -87,8 +87,10 @@ func DenyHandler(f func(w http.ResponseWriter, r *http.Request, p Problem)) Opti
 
 // Retention sets how long a key stays bound to the payload of its first
 // request and how long a completed response is kept for replay, counted on
-// the Redis server from when each was stored. Default: 24h. Must be positive
-// and at least one millisecond.
+// the Redis server from when each was stored. Keep it well above the
+// longest a request can run or be paused: a request still running when its
+// key's binding expires can store its response over a newer request's.
+// Default: 24h. Must be positive and at least one millisecond.
 func Retention(d time.Duration) Option { return func(c *config) { c.retention = d } }
 
 // MaxBody sets how many bytes of a guarded request's body the middleware
