@@ -151,29 +151,28 @@ func (s *redisStore) runScript(ctx context.Context, sc *script, route string, ca
 // one that answered.
 func (s *redisStore) runEval(ctx context.Context, sc *redis.Script, route string, calls []scriptCall, ack bool) (cmds []*redis.Cmd, unacked, err error) {
 	wait := ack && s.replicas > 0
-	for attempt := 0; ; attempt++ {
-		var waited *redis.Cmd
-		switch {
-		case len(calls) == 1 && !wait && attempt == 0:
-			// One command needs no pipeline, and costs less without one.
-			cmds = []*redis.Cmd{sc.EvalSha(ctx, s.client, calls[0].keys, calls[0].args...)}
-		case len(calls) == 1 && !wait:
-			cmds = []*redis.Cmd{sc.Eval(ctx, s.client, calls[0].keys, calls[0].args...)}
-		default:
-			cmds, waited = s.pipeline(ctx, "", sc, calls, wait, attempt == 2)
+	if len(calls) == 1 && !wait {
+		// One command needs no pipeline, and costs less without one.
+		c := calls[0]
+		cmd := sc.EvalSha(ctx, s.client, c.keys, c.args...)
+		if err := cmd.Err(); err != nil && isNoScript(err) {
+			cmd = sc.Eval(ctx, s.client, c.keys, c.args...)
 		}
-		if !anyErr(cmds, isNoScript) || attempt == 2 || (attempt == 1 && len(calls) == 1 && !wait) {
-			if waited != nil {
-				unacked = s.checkAck(waited)
-			}
-			return cmds, unacked, nil
+		return []*redis.Cmd{cmd}, nil, nil
+	}
+	cmds, waited := s.pipeline(ctx, "", sc, calls, wait, false)
+	if anyErr(cmds, isNoScript) {
+		if err := sc.Load(ctx, s.scripter(ctx, route)).Err(); err != nil {
+			return nil, nil, err
 		}
-		if attempt == 0 && (len(calls) > 1 || wait) {
-			if err := sc.Load(ctx, s.scripter(ctx, route)).Err(); err != nil {
-				return nil, nil, err
-			}
+		if cmds, waited = s.pipeline(ctx, "", sc, calls, wait, false); anyErr(cmds, isNoScript) {
+			cmds, waited = s.pipeline(ctx, "", sc, calls, wait, true)
 		}
 	}
+	if waited != nil {
+		unacked = s.checkAck(waited)
+	}
+	return cmds, unacked, nil
 }
 
 // pipeline sends calls as FCALL of fn when fn is set, else of sc by hash

@@ -1,8 +1,10 @@
 package guard
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -73,5 +75,24 @@ func TestScriptsFallBackWhenACLDeniesFunctions(t *testing.T) {
 	}
 	if !st.scripts.noFunctions.Load() {
 		t.Fatal("the store kept trying FCALL under an ACL that denies it")
+	}
+
+	// Renewals go by hash too, and survive a flushed script cache.
+	le, err := l.Acquire(t.Context(), "acl-renewed", TTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for l.hb.renewals(le.h) < 2 {
+		if le.Context().Err() != nil || time.Now().After(deadline) {
+			t.Fatalf("lease not renewed by hash after SCRIPT FLUSH: %v", context.Cause(le.Context()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := le.Release(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }
