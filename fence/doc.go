@@ -41,6 +41,9 @@
 // already read and then wants to write cannot wait for the lock (SQLite
 // would deadlock) and fails at once with SQLITE_BUSY.
 //
+// A transaction that fences several resources should Check them in one
+// order, or two such transactions can deadlock in the database.
+//
 // # Redis
 //
 // Redis guards data keys: Set and Del each run one script that compares the
