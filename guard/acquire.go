@@ -110,6 +110,11 @@ type acquisition struct {
 	attempts int
 	held     *heldError // Redis's last busy answer; nil while none came
 	waiter   *waiter    // set once the acquisition waits for a release
+	// registered is set while the lock's queue may hold the acquisition's
+	// registration (acquire.lua adds it when the key is busy); registeredAt
+	// is when the last attempt that refreshed it was sent.
+	registered   bool
+	registeredAt time.Time
 }
 
 func (l *Locker) newAcquisition(parent context.Context, key string, write bool, lc lockConfig, t timing) *acquisition {
@@ -123,7 +128,7 @@ func (l *Locker) newAcquisition(parent context.Context, key string, write bool, 
 		registration: 2 * t.ttl,
 	}
 	if !lc.waitSet || lc.wait > 0 {
-		a.args.waiter = l.id // a caller that will wait is woken by name
+		a.args.waiter = l.id // a caller that will wait is woken by name, or granted the key
 	}
 	if lc.waitSet {
 		a.deadline = l.clock.Now().Add(lc.wait)
@@ -132,7 +137,8 @@ func (l *Locker) newAcquisition(parent context.Context, key string, write bool, 
 }
 
 // run attempts until the key is taken, the wait budget is spent or ctx is
-// done, sleeping between attempts until a release may have freed the key.
+// done, sleeping between attempts until a release may have freed the key
+// or granted it.
 func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 	defer a.stopWaiting(ctx)
 	for {
@@ -145,11 +151,9 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 		case err != nil:
 			return nil, err
 		case rep.acquired:
-			if a.waiter != nil {
-				a.waiter.acquired = true
-			}
-			return a.l.newHold(a, rep.token, sent)
+			return a.take(rep.token, sent)
 		}
+		a.registeredAt = sent
 		a.held = &heldError{remaining: rep.heldFor}
 		if err := a.budgetSpent(); err != nil {
 			return nil, err
@@ -157,7 +161,40 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 		if err := a.wait(ctx, before, rep.heldFor); err != nil {
 			return nil, err
 		}
+		if ctx.Err() != nil { // a grant that came too late is withdrawn and dropped
+			return nil, a.notAcquired(context.Cause(ctx))
+		}
+		if token, ok := a.grant(); ok {
+			return a.take(token, a.registeredAt)
+		}
 	}
+}
+
+// take turns the hold taken with token, by a request sent at sent, into a
+// lease.
+func (a *acquisition) take(token int64, sent time.Time) (*Lease, error) {
+	a.registered = false
+	if a.waiter != nil {
+		a.waiter.acquired = true
+	}
+	return a.l.newHold(a, token, sent)
+}
+
+// grant returns the token of a hold that a release granted the
+// acquisition (see set_counts.lua) while it slept, if it may be used as
+// is. The grant ends no earlier than the TTL after the last attempt that
+// registered was sent, so the lease is timed from that send. When that
+// leaves less than a renewal interval, the next attempt extends the hold
+// instead (acquire.lua finds it the owner's) and times it afresh.
+func (a *acquisition) grant() (int64, bool) {
+	if a.waiter == nil {
+		return 0, false
+	}
+	token := a.waiter.granted.Load()
+	if token == 0 || a.l.clock.Now().Sub(a.registeredAt) >= a.timing.interval {
+		return 0, false
+	}
+	return token, true
 }
 
 // attempt sends one acquire request. A request whose caller gave up, or
@@ -181,9 +218,13 @@ func (a *acquisition) attempt(ctx context.Context) (acquireReply, error) {
 		a.waiter.woken = false // the attempt saw the key after the wake-up
 	}
 	var noReply *noReplyError
-	if errors.As(err, &noReply) && ctx.Err() == nil {
+	lost := errors.As(err, &noReply)
+	if lost && ctx.Err() == nil {
 		// The script may have run and its reply been lost.
 		l.runner.start(func() { l.dropHold(k, owner, timeout) })
+	}
+	if a.args.waiter != "" && (lost || err == nil && !rep.acquired) {
+		a.registered = true // it may have registered, too
 	}
 	return rep, redisError(k.lock, err)
 }
@@ -215,7 +256,7 @@ func (a *acquisition) notAcquired(why error) error {
 // the Wait budget.
 func (a *acquisition) wait(ctx context.Context, before mark, heldFor time.Duration) error {
 	if a.waiter == nil {
-		w, err := a.l.notify.join(ctx, a.keys, a.args.write)
+		w, err := a.l.notify.join(ctx, a.keys, a.args.write, a.args.owner)
 		if err != nil {
 			return err
 		}
@@ -250,6 +291,24 @@ func (a *acquisition) stopWaiting(ctx context.Context) {
 		a.waiter.leave()
 		a.l.obs.Event(ctx, observe.Waiting, observe.Info{Key: a.key, Name: a.lc.name, Write: a.args.write, Delta: -1})
 	}
+	if a.registered {
+		l, k, args, timeout := a.l, a.keys, a.args, a.timing.timeout
+		l.runner.start(func() { l.withdraw(k, args, timeout) })
+	}
+}
+
+// withdraw takes an acquisition that gave up out of the lock's queue. If
+// its registration was gone, a release may have granted it the key in the
+// meantime: that hold is dropped rather than left to block the key until
+// it expires.
+func (l *Locker) withdraw(k keys, args acquireArgs, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	removed, err := l.store.withdraw(ctx, k, args)
+	cancel()
+	if err == nil && removed {
+		return
+	}
+	l.dropHold(k, args.owner, timeout)
 }
 
 // dropHold frees a hold that was never handed to a caller (an abandoned or
@@ -258,18 +317,8 @@ func (a *acquisition) stopWaiting(ctx context.Context) {
 func (l *Locker) dropHold(k keys, owner string, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	_, err := l.store.setCounts(ctx, k, countArgs{owner: owner, releaser: l.releaser(k), marker: markerDrop})
+	_, err := l.store.setCounts(ctx, k, countArgs{owner: owner, marker: markerDrop})
 	if err != nil {
 		l.log.Warn("guard: could not drop an abandoned hold; it expires within its TTL", "key", k.lock, "err", err)
 	}
-}
-
-// releaser returns the Locker's id for a release of k when none of its
-// acquisitions waits for the lock, so that the release names another
-// Locker as the one to act; "" when one of its own waits.
-func (l *Locker) releaser(k keys) string {
-	if l.notify.waiting(k.channel) {
-		return ""
-	}
-	return l.id
 }

@@ -83,7 +83,7 @@ func (h *hold) setCounts(ctx context.Context, writes, reads int, op string) (out
 	// request timeout, and a request outlives its caller by at most as long.
 	marker := 2 * max(h.timing.timeout, time.Second)
 	res, err := request(ctx, l, observe.Info{Op: op, Key: h.key, Name: h.name}, func(ctx context.Context) (outcome, error) {
-		return l.store.setCounts(ctx, h.keys, countArgs{owner: h.owner, writes: writes, reads: reads, releaser: l.releaser(h.keys), marker: marker})
+		return l.store.setCounts(ctx, h.keys, countArgs{owner: h.owner, writes: writes, reads: reads, marker: marker})
 	}, nil)
 	return res, redisError(h.key, err)
 }

@@ -3,21 +3,27 @@ package guard
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // notifier turns release messages into wake-ups for waiting acquisitions.
 // A Locker has one subscription connection, shared by every waiter; on
 // Cluster it has one per hash slot that has waiters (sharded pub/sub), see
-// shardFor. Waiters on a channel queue in
-// order. A Locker with waiters registers in the lock's zset of waiting
-// Lockers (acquire.lua), and a release names one of them (set_counts.lua): that
+// shardFor. Waiters on a channel queue in order. An acquisition that waits
+// registers in the lock's queue (acquire.lua), and a release that frees the
+// key grants it to the oldest registered writer (set_counts.lua): the
+// message carries the grant, so a hand-off costs no retry at all. A release
+// that cannot grant (a reader is oldest, the key is still held, the writer
+// waits for replica acks) names the Locker of the oldest registration: that
 // Locker wakes its first waiter, the others stay asleep, so a hand-off costs
 // one retry in the whole fleet. If the named Locker does not take the key
-// within handOffGrace (it crashed, or its waiters just left), the others wake
-// their first waiter too. A reader at the head wakes the readers behind it.
+// within handOffGrace (it crashed, or its waiters just left), the others
+// wake their first waiter too. A reader at the head wakes the readers
+// behind it.
 type notifier struct {
 	l     *Locker
 	mu    sync.Mutex
@@ -82,7 +88,9 @@ type waiter struct {
 	n        *notifier
 	channel  string
 	write    bool
-	C        chan struct{} // a wake-up: try again
+	owner    string        // the acquisition's owner id, to which a release may grant the key
+	granted  atomic.Int64  // the token of a grant; 0 while none came
+	C        chan struct{} // a wake-up: try again, or take the grant
 	acquired bool
 	// woken is set when a wake-up was taken from C and no attempt has been
 	// answered since: if the waiter leaves then, the wake-up goes on.
@@ -96,9 +104,9 @@ func newNotifier(l *Locker) *notifier {
 // join queues a waiter on channel and returns once the subscription is
 // confirmed, ctx is done or the request timeout passed; in the last two cases
 // the waiter still works, on its fallback timer.
-func (n *notifier) join(ctx context.Context, k keys, write bool) (*waiter, error) {
+func (n *notifier) join(ctx context.Context, k keys, write bool, owner string) (*waiter, error) {
 	channel := k.channel
-	w := &waiter{n: n, channel: channel, write: write, C: make(chan struct{}, 1)}
+	w := &waiter{n: n, channel: channel, write: write, owner: owner, C: make(chan struct{}, 1)}
 	n.mu.Lock()
 	if n.l.isClosed() {
 		n.mu.Unlock()
@@ -149,8 +157,9 @@ func (n *notifier) confirmed(channel string) {
 }
 
 // released wakes waiters for a message of set_counts.lua or acquire.lua: "read"
-// lets readers in; "taken" says a waiter got the key; the others name the
-// Locker whose first waiter (and the readers behind a reader) should try.
+// lets readers in; "taken" says a waiter got the key; "grant" that a
+// release gave it to the waiter it names; the others name the Locker whose
+// first waiter (and the readers behind a reader) should try.
 func (n *notifier) released(channel, payload string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -161,9 +170,12 @@ func (n *notifier) released(channel, payload string) {
 	st.seq++
 	kind, target, _ := strings.Cut(payload, " ")
 	switch {
-	case kind == "taken":
+	case kind == "taken" || kind == "grant":
 		if st.backup != nil {
 			st.backup.Stop()
+		}
+		if kind == "grant" {
+			st.grant(n.l.id, target)
 		}
 	case len(st.waiters) == 0:
 	case kind == "read":
@@ -178,6 +190,30 @@ func (n *notifier) released(channel, payload string) {
 		st.backup = time.AfterFunc(handOffGrace, func() { n.handOffMissed(st) })
 	default:
 		st.backup.Reset(handOffGrace)
+	}
+}
+
+// grant hands a grant ("<Locker id> <owner> <token>") to the waiter it
+// names. A grant for an acquisition of this Locker that is not (yet, or
+// any longer) waiting is left alone: one that is about to wait tries again
+// at once, having missed a message, and finds the key its own; one that
+// gave up withdraws and drops it.
+func (st *channelState) grant(locker, target string) {
+	id, rest, _ := strings.Cut(target, " ")
+	if id != locker {
+		return
+	}
+	owner, digits, _ := strings.Cut(rest, " ")
+	token, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || token <= 0 {
+		return
+	}
+	for _, w := range st.waiters {
+		if w.owner == owner {
+			w.granted.Store(token)
+			w.wake()
+			return
+		}
 	}
 }
 
@@ -245,11 +281,10 @@ func (w *waiter) leave() {
 	}
 }
 
-// stopWaiting runs when the last waiter on a channel left: it unsubscribes
-// and takes the Locker out of the lock's waiting Lockers, so releases name
-// others. It holds subMu, and a new first waiter subscribes under subMu
-// before its retry registers again, so this never removes a newer
-// registration.
+// stopWaiting runs when the last waiter on a channel left: it unsubscribes.
+// (Each acquisition takes its own registration out of the lock's queue.)
+// It holds subMu, and a new first waiter subscribes under subMu, so this
+// never drops a newer subscription.
 func (n *notifier) stopWaiting(st *channelState) {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
@@ -264,7 +299,6 @@ func (n *notifier) stopWaiting(st *channelState) {
 	if st.shard != nil {
 		n.unsubscribe(ctx, st.shard, st.channel)
 	}
-	_ = n.l.store.unregister(ctx, st.keys, n.l.id)
 }
 
 func (n *notifier) close() {

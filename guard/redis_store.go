@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,7 +47,7 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 	}
 	call := scriptCall{
 		keys: []string{k.lock, k.fence, k.waiters, k.channel},
-		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), a.waiter, ms(a.registration), s.publish, ms(a.fenceTTL)},
+		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), s.registration(a), ms(a.registration), s.publish, ms(a.fenceTTL)},
 	}
 	cmds, unacked, err := s.runScript(ctx, &s.scripts.acquire, k.lock, []scriptCall{call}, true)
 	if err != nil {
@@ -68,8 +69,8 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 
 func (s *redisStore) setCounts(ctx context.Context, k keys, a countArgs) (outcome, error) {
 	call := scriptCall{
-		keys: []string{k.lock, k.channel, k.waiters, k.doneMarker(a.owner)},
-		args: []any{a.owner, a.writes, a.reads, s.publish, a.releaser, ms(a.marker)},
+		keys: []string{k.lock, k.channel, k.waiters, k.doneMarker(a.owner), k.fence},
+		args: []any{a.owner, a.writes, a.reads, s.publish, ms(a.marker)},
 	}
 	cmds, _, err := s.runScript(ctx, &s.scripts.setCounts, k.lock, []scriptCall{call}, false)
 	if err != nil {
@@ -149,8 +150,28 @@ func (s *redisStore) openFeed(ctx context.Context, channel string) (feed, bool) 
 	return &redisFeed{ps: ps, msgs: ps.ChannelWithSubscriptions()}, false
 }
 
-func (s *redisStore) unregister(ctx context.Context, k keys, locker string) error {
-	return classify(s.client.ZRem(ctx, k.waiters, locker).Err())
+func (s *redisStore) withdraw(ctx context.Context, k keys, a acquireArgs) (bool, error) {
+	n, err := s.client.ZRem(ctx, k.waiters, s.registration(a)).Result()
+	return n == 1, classify(err)
+}
+
+// registration is what an acquisition that waits adds to the lock's queue
+// (acquire.lua documents the format); "" for one that will not wait. A
+// writer takes the key from a release (a grant) unless acquisitions must
+// wait for replicas: the release does not wait for them.
+func (s *redisStore) registration(a acquireArgs) string {
+	if a.waiter == "" {
+		return ""
+	}
+	kind := "r"
+	switch {
+	case a.write && s.replicas == 0:
+		kind = "g"
+	case a.write:
+		kind = "w"
+	}
+	return a.waiter + " " + a.owner + " " + kind + " " + strconv.FormatInt(ms(a.ttl), 10) + " " +
+		strconv.FormatInt(ms(a.minHold), 10) + " " + strconv.FormatInt(ms(a.fenceTTL), 10)
 }
 
 // close releases nothing: the client belongs to the caller of New.

@@ -72,7 +72,7 @@ func TestRenewDoesNotExtendMinHold(t *testing.T) {
 	if _, err := acquire.Run(t.Context(), c, k, "o1", 10000, "w", 300, "", 0, "PUBLISH", 0).Int64Slice(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := update.Run(t.Context(), c, []string{k[0], k[3], k[2], "guard:{m}:done:o1"}, "o1", 0, 0, "PUBLISH", "", 2000).Int64(); err != nil {
+	if _, err := update.Run(t.Context(), c, []string{k[0], k[3], k[2], "guard:{m}:done:o1", k[1]}, "o1", 0, 0, "PUBLISH", 2000).Int64(); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := renew.Run(t.Context(), c, []string{k[0]}, "o1", 10000).Int64(); err != nil || res == 1 {

@@ -39,8 +39,10 @@ type store interface {
 	// openFeed opens a subscription connection for channel's slot;
 	// subscribed reports that it subscribed channel already.
 	openFeed(ctx context.Context, channel string) (f feed, subscribed bool)
-	// unregister takes a Locker out of a lock's waiting Lockers.
-	unregister(ctx context.Context, k keys, locker string) error
+	// withdraw takes an acquisition that stops waiting out of the lock's
+	// queue. removed is false when its registration was gone: a release may
+	// have granted it the key, which the caller must then drop.
+	withdraw(ctx context.Context, k keys, a acquireArgs) (removed bool, err error)
 
 	// claim stores value under key for ttl unless a value is there (SET NX).
 	claim(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error)
@@ -96,9 +98,10 @@ type acquireArgs struct {
 	write    bool
 	minHold  time.Duration
 	fenceTTL time.Duration // 0: the fencing counter is permanent
-	// waiter is the Locker id to register among the lock's waiting Lockers
-	// if the key is busy, so a release can name it; "" for a caller that
-	// will not wait. The registration lasts registration.
+	// waiter is the Locker id under which the acquisition registers in the
+	// lock's queue if the key is busy, so a release can name that Locker or
+	// grant the key to the acquisition; "" for a caller that will not wait.
+	// The registration lasts registration.
 	waiter       string
 	registration time.Duration
 }
@@ -114,10 +117,6 @@ type acquireReply struct {
 type countArgs struct {
 	owner         string
 	writes, reads int
-	// releaser is the releasing Locker's id when none of its acquisitions
-	// waits for the key, so the release names another Locker to act; "" when
-	// one of its own waits and may take the key.
-	releaser string
 	// marker, for a final release, is how long Redis remembers that it
 	// applied, so a retry can tell; markerDrop drops a hold its caller never
 	// got, at once, ignoring MinHold.

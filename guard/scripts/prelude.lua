@@ -97,3 +97,39 @@ end
 local function extend_key(key, ms)
   if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
 end
+
+-- mint returns the next fencing token from the counter, t being a TIME
+-- reply, and stores it; or false and an error reply when the counter key
+-- holds something else. A token is never below the server's clock in µs,
+-- so a counter that a failover lost, or that expired, still cannot repeat
+-- a token already handed out, as long as the servers' clocks agree within
+-- the failover. fence_ttl (ms, a string) 0 makes the counter permanent;
+-- otherwise a counter that is not already permanent lives at least that
+-- long, and at least ttl ms, from now.
+local function mint(counter, t, fence_ttl, ttl)
+  local last = redis.pcall('GET', counter)
+  if type(last) == 'table' and last.err then
+    return false, redis.error_reply('WRONGTYPE ' .. counter .. ' is not a fencing counter (' .. last.err .. ')')
+  end
+  local digits = last and string.match(last, '^0*(%d+)$')
+  if last and not (digits and not greater(digits, '9007199254740991')) then
+    -- Not a counter this script wrote: "inf", "1e300" or a number beyond what
+    -- a double holds exactly would make the next token wrong.
+    return false, redis.error_reply('WRONGTYPE ' .. counter .. ' is not a fencing counter (holds ' .. string.sub(last, 1, 32) .. ')')
+  end
+  local token = us_of(t)
+  if digits and not greater(token, digits) then
+    token = int(tonumber(digits) + 1)
+  end
+  if fence_ttl == '0' then
+    redis.call('SET', counter, token) -- drops any TTL: permanent from now on
+  else
+    local left = redis.call('PTTL', counter)
+    if left == -1 then
+      redis.call('SET', counter, token, 'KEEPTTL') -- some holder wanted it kept
+    else
+      redis.call('SET', counter, token, 'PX', math.max(tonumber(fence_ttl), tonumber(ttl), left))
+    end
+  end
+  return token
+end

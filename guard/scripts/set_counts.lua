@@ -1,49 +1,72 @@
 -- set_counts.lua: set an owner's hold counts: re-entry, downgrade, partial and final release.
 -- Counts are set, not incremented, so a retried call is harmless.
--- KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] waiting Lockers (see acquire.lua),
--- KEYS[4] the owner's release marker
+-- KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] waiting acquisitions
+-- (see acquire.lua), KEYS[4] the owner's release marker, KEYS[5] fencing counter
 -- ARGV[1] owner id, ARGV[2] write count, ARGV[3] read count, ARGV[4] 'PUBLISH' or 'SPUBLISH',
--- ARGV[5] id of the releasing Locker if it has no waiters of its own for this key, else '',
--- ARGV[6] for a final release (counts 0, 0): ms to keep the release marker, so
+-- ARGV[5] for a final release (counts 0, 0): ms to keep the release marker, so
 -- that a retry of this call knows it applied; 0 drops a hold that was never
 -- handed to its caller: at once, ignoring MinHold, and with no marker
 -- Returns 1 when applied (or, for a final release, applied before), 0 when the
 -- hold has expired, -1 when another owner holds the key.
--- Publishes 'free' when the key is free, 'linger' when a released hold is
--- kept for MinHold, and 'held' when other owners still hold it (their expiry
--- may be sooner than the one a waiter is sleeping on); all three name the
--- Locker that should act: the registered one whose registration is oldest
--- ('' when none is).
+-- A release that frees the key grants it to the oldest live registration
+-- when that is a writer that takes grants: the script takes the key for it
+-- as acquire.lua would, for the registration's TTL or what is left of the
+-- registration if less, and publishes 'grant <Locker id> <owner> <token>'.
+-- The waiter learns it holds the key without another round trip; its
+-- registering request was sent before the grant, so the TTL counted from
+-- that request's send time ends no later than the grant does.
+-- Otherwise publishes 'free' when the key is free, 'linger' when a released
+-- hold is kept for MinHold, and 'held' when other owners still hold it
+-- (their expiry may be sooner than the one a waiter is sleeping on); all
+-- three name the Locker that should act: the one of the oldest live
+-- registration ('' when none is).
 -- Publishes 'read' when only readers remain after a writer downgraded.
 local key, chan, owner = KEYS[1], KEYS[2], ARGV[1]
 local writes, reads, publish = ARGV[2], ARGV[3], ARGV[4]
-local final, marker = writes == '0' and reads == '0', ARGV[6]
+local final, marker = writes == '0' and reads == '0', ARGV[5]
 
 -- The clock is read only when a decision needs it.
-local now = false
+local now, t = false, false
 local function clock()
-  if not now then now = now_ms() end
+  if not now then
+    t = redis.call('TIME')
+    now = ms_of(t)
+  end
   return now
 end
 
--- notify tells the waiting Lockers what happened. With none registered it
--- names nobody, and skips the clock and the queue: a waiter whose
--- registration a failover or an eviction lost still hears it.
+-- grant takes the free key for registration r, whose expiry is at, and
+-- reports whether it did.
+local function grant(r, at)
+  local locker, o, kind, ttl, min_hold, fence_ttl = string.match(r, '^(%S+) (%S+) (%a) (%d+) (%d+) (%d+)$')
+  if kind ~= 'g' then return false end
+  local left = math.min(tonumber(ttl), at - clock())
+  -- A counter of another type is reported to the waiter by its own attempt.
+  local token = mint(KEYS[5], t, fence_ttl, ttl)
+  if not token then return false end
+  if min_hold == '0' then
+    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1')
+  else
+    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':m', now + tonumber(min_hold))
+  end
+  redis.call('PEXPIRE', key, left)
+  redis.call('ZREM', KEYS[3], r)
+  redis.call(publish, chan, 'grant ' .. locker .. ' ' .. o .. ' ' .. token)
+  return true
+end
+
+-- notify tells the waiting acquisitions what happened. With none
+-- registered it names nobody, and skips the clock and the queue: a waiter
+-- whose registration a failover or an eviction lost still hears it.
 local function notify(what)
   if redis.call('EXISTS', KEYS[3]) == 0 then
     redis.call(publish, chan, what .. ' ')
     return
   end
-  -- Name the live registration refreshed longest ago, other than a
-  -- releaser that has nobody left waiting.
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', clock())
-  local next = ''
-  for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, 1)) do
-    if id ~= ARGV[5] then
-      next = id
-      break
-    end
-  end
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  if first[1] and what == 'free' and grant(first[1], tonumber(first[2])) then return end
+  local next = first[1] and string.match(first[1], '^%S+') or ''
   redis.call(publish, chan, what .. ' ' .. next)
 end
 
