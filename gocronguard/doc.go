@@ -22,8 +22,8 @@
 // the same once-per-tick rule. They differ in what the job learns. gocron
 // calls a Locker's Lock before the run and its Unlock after, and hands the
 // job a context of its own that the Locker cannot reach: if the lease is
-// lost during a run (Redis unreachable for longer than the TTL, an
-// operator's ForceRelease), a Locker can log it, but the job runs on, and
+// lost during a run (Redis unreachable for longer than the TTL, its
+// key deleted by hand), a Locker can log it, but the job runs on, and
 // another instance may start the job meanwhile. A Task runs the job in the
 // lease's context, which is canceled before the lease could end, and
 // carries the fencing token for the resource the job writes to.
@@ -70,13 +70,17 @@
 // a run that waited in gocron's queue (singleton or limit mode
 // LimitModeWait) asks later and may be taken for a new tick. A claim is
 // kept for two windows and at least a minute, so clocks may be up to that
-// far apart. A job that gocron fires on whole seconds (CronJob, DailyJob,
-// WeeklyJob, MonthlyJob, OneTimeJob) needs no Window; a DurationJob does,
-// since each instance starts it at its own moment: give it the job's
-// duration, so that each period is one tick (or start it on a whole
-// second with gocron.WithStartAt). Two runs of one job must not share a
-// window (a DurationJob shorter than a second, Job.RunNow just after a
-// run): the second is skipped everywhere.
+// far apart. A job that gocron fires at set times of day, which are whole
+// seconds (CronJob, DailyJob, WeeklyJob, MonthlyJob, a OneTimeJob at a
+// given time), needs no Window; a DurationJob does, since each instance
+// starts it at its own moment: give it the job's duration, so that each
+// period is one tick whatever the instances' phases (or start it on every
+// instance at the same whole second, such as the next multiple of its
+// duration, with gocron.WithStartAt, as gocron's Locker doc suggests). A
+// run started at its own moment (gocron.WithStartImmediately, Job.RunNow,
+// OneTimeJobStartImmediately) is a tick of its own on each instance. Two
+// runs of one job must not share a window (a DurationJob shorter than a
+// second, Job.RunNow just after a run): the second is skipped everywhere.
 //
 // Where this differs from cronguard: a robfig/cron job can be told its
 // schedule (cronguard.Add), so cronguard names a run by its activation,

@@ -76,11 +76,12 @@ func KeyFunc(f func(name string) string) Option {
 // instance's clock, and the first instance to claim the job's key and tick
 // runs it (see the package doc).
 //
-// The default, 1s, suits every job that gocron fires on whole seconds: a
-// CronJob, DailyJob, WeeklyJob, MonthlyJob or OneTimeJob, and a DurationJob
-// whose start is put on a whole second with gocron.WithStartAt. For a
-// DurationJob that each instance starts at its own moment, pass the job's
-// duration, so that each period is one tick whatever the instances' phases.
+// The default, 1s, suits every job that gocron fires at set times, which
+// are whole seconds: a CronJob, DailyJob, WeeklyJob, MonthlyJob, a
+// OneTimeJob at a given time, and a DurationJob that every instance starts
+// at the same whole second (gocron.WithStartAt). For a DurationJob that
+// each instance starts at its own moment, pass the job's duration, so that
+// each period is one tick whatever the instances' phases.
 // A longer window lets a run start later after its scheduled time and still
 // get its tick; it must stay shorter than the shortest gap between two runs
 // of the job, or the second run of a window is skipped on every instance.

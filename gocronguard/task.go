@@ -25,7 +25,7 @@ import (
 // Redis is returned (gocron counts the run failed) and logged at Error.
 //
 // fn's context is the lease's: it is canceled when the lease is lost,
-// StopGrace before the lease could expire in Redis, so before any other
+// StopGrace (guard.WithStopGrace) before the lease could expire in Redis, so before any other
 // instance can start the job, with a cause matching guard.ErrLeaseLost. It
 // is also canceled when gocron cancels the job's context (Shutdown,
 // StopJobs, RemoveJob); then the lease is kept until fn returns, and
