@@ -9,9 +9,10 @@ import (
 // Claim stores value under key for ttl unless a value is stored there
 // already, and reports whether this call stored it: a fleet-wide "first one
 // wins" marker that expires by itself. The cron adapter claims each tick
-// with it; the queue and HTTP adapters record finished work. A claim lives
-// beside the lock of the same key (same Cluster slot) and never blocks it.
-// The ttl must be positive; it is counted on the server.
+// with it; the queue adapter records finished work, the HTTP adapter binds
+// a key to its payload. A claim lives beside the lock of the same key (same
+// Cluster slot) and never blocks it. The ttl must be positive; it is counted
+// on the server. ClaimFenced writes the same value, newest hold first.
 func (l *Locker) Claim(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
 	if ctx == nil {
 		return false, fmt.Errorf("%w: nil context", ErrInvalid)

@@ -79,6 +79,16 @@
 // WithReplicaAck(n, ...), an acquisition acknowledged by n replicas is on
 // each of them, so promoting one of those keeps the counter itself.
 //
+// A small value that only the newest hold may write can live beside the
+// lock, where the check needs no other resource: ClaimFenced stores it, in
+// one script with the check, only while the caller's token is the newest the
+// key's counter has minted, and Claimed reads it back (httpguard keeps
+// completed responses so). Once a newer hold has begun, an older holder's
+// store is refused with ErrSuperseded, whether or not its lease has noticed
+// the loss. Where the counter is gone (a FenceTTL that expired, a failover
+// that lost it) no token can be proven the newest, and every token is
+// refused until the next acquisition starts the counter again.
+//
 // # Failover
 //
 // Redis replicates asynchronously: a failover can lose a fresh lock, and a
@@ -139,4 +149,4 @@ package guard
 //	renewal.go     sending renewals in pipelines per node, applying answers
 //	release.go     releasing a lease, retried safely
 //	notify.go      waking waiters on release notifications (subscribe.go: connections)
-//	lease.go, claim.go, options.go, errors.go, observe.go, runner.go: the rest
+//	lease.go, claim.go, claim_fenced.go, options.go, errors.go, observe.go, runner.go: the rest

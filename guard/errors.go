@@ -50,6 +50,14 @@ var (
 	// ErrInvalid reports a bad argument or option: nil client, empty key,
 	// a TTL or interval that does not fit, and so on.
 	ErrInvalid = errors.New("guard: invalid argument")
+
+	// ErrSuperseded is returned by ClaimFenced when its token is not the
+	// newest its lock's fencing counter has minted, so nothing was stored:
+	// a newer hold on the key began (the caller's lease was lost, perhaps
+	// unnoticed, or, for a read hold, another reader joined), or the
+	// counter is gone (expired, see FenceTTL, or lost in a failover) and no
+	// token can be proven the newest. Do not retry with the same token.
+	ErrSuperseded = errors.New("guard: fencing token superseded")
 )
 
 // heldError is the detail of an ErrNotAcquired: what Redis answered about

@@ -257,3 +257,13 @@ func ms(d time.Duration) int64 {
 	}
 	return d.Milliseconds()
 }
+
+func (s *redisStore) claimFenced(ctx context.Context, fence, key string, token int64, value []byte, ttl time.Duration) (int64, error) {
+	call := scriptCall{keys: []string{fence, key}, args: []any{token, value, ms(ttl)}}
+	cmds, _, err := s.runScript(ctx, &s.scripts.claimFenced, key, []scriptCall{call}, false)
+	if err != nil {
+		return 0, classify(err)
+	}
+	counter, err := cmds[0].Int64()
+	return counter, classify(err)
+}

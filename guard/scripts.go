@@ -22,6 +22,8 @@ var (
 	renewLua string
 	//go:embed scripts/set_counts.lua
 	setCountsLua string
+	//go:embed scripts/claim_fenced.lua
+	claimFencedLua string
 )
 
 // script is one of guard's Lua scripts. A server with FUNCTION (Redis 7
@@ -38,6 +40,7 @@ type script struct {
 // the package free of global state; redis.NewScript only hashes the source.
 type scripts struct {
 	acquire, renew, setCounts script
+	claimFenced               script
 	// library is the FUNCTION LOAD source. Its name carries a hash of the
 	// scripts, so Lockers of two versions of this package can share a
 	// server during a rolling deploy, each calling its own.
@@ -49,7 +52,7 @@ func newScripts() *scripts {
 	bodies := []struct {
 		name string
 		lua  string
-	}{{"acquire", acquireLua}, {"renew", renewLua}, {"set_counts", setCountsLua}}
+	}{{"acquire", acquireLua}, {"renew", renewLua}, {"set_counts", setCountsLua}, {"claim_fenced", claimFencedLua}}
 	h := sha1.New()
 	for _, b := range bodies {
 		h.Write([]byte(b.lua))
@@ -67,7 +70,7 @@ func newScripts() *scripts {
 		fmt.Fprintf(&lib, "redis.register_function('%s', function(KEYS, ARGV)\n%s\nend)\n", fn, b.lua)
 		made[i] = script{lua: redis.NewScript(preludeLua + b.lua), fn: fn}
 	}
-	return &scripts{acquire: made[0], renew: made[1], setCounts: made[2], library: lib.String()}
+	return &scripts{acquire: made[0], renew: made[1], setCounts: made[2], claimFenced: made[3], library: lib.String()}
 }
 
 // runFunction sends calls as FCALL of sc's function. A server without the

@@ -48,6 +48,11 @@ type store interface {
 	claim(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error)
 	// claimed returns the value stored under key, if any.
 	claimed(ctx context.Context, key string) ([]byte, bool, error)
+	// claimFenced stores value under key for ttl if token equals the
+	// fencing counter under fence (claim_fenced.lua); key and fence share a
+	// slot. It returns the counter (0 when there is none): the value was
+	// stored if and only if that is token.
+	claimFenced(ctx context.Context, fence, key string, token int64, value []byte, ttl time.Duration) (int64, error)
 
 	// close stops what the store runs; Locker.Close calls it last.
 	close() error

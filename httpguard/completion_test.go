@@ -6,6 +6,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/jobguard/jobguard/guard"
 	"github.com/jobguard/jobguard/httpguard"
+	"github.com/jobguard/jobguard/internal/faultproxy"
+	"github.com/redis/go-redis/v9"
 )
 
 // instance is a second process of the service: its own Redis client,
@@ -23,12 +26,19 @@ type instance struct {
 
 func (e *env) instance(t *testing.T, handler http.Handler) *instance {
 	t.Helper()
-	l, err := guard.New(e.redis.Client(t))
+	return e.instanceOn(t, e.redis.Client(t), nil, handler)
+}
+
+// instanceOn is an instance whose Locker, made with gopts, uses client,
+// and whose middleware has hopts.
+func (e *env) instanceOn(t *testing.T, client *redis.Client, gopts []guard.Option, handler http.Handler, hopts ...httpguard.Option) *instance {
+	t.Helper()
+	l, err := guard.New(client, gopts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /orders", httpguard.Middleware(l)(handler))
+	mux.Handle("POST /orders", httpguard.Middleware(l, hopts...)(handler))
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.Start()
@@ -180,8 +190,8 @@ func TestFencedCompletionStaleCompletesFirst(t *testing.T) {
 	wantReplay(t, a, b, "from b")
 }
 
-// Runs that store nothing (here: 500s) lengthen the key's chain of slots;
-// the run that finally stores is found and replayed.
+// Runs that store nothing (here: 500s) leave the key bound to the payload;
+// the run that finally stores replaces the binding and is replayed.
 func TestFencedCompletionAfterUnstoredRuns(t *testing.T) {
 	e := newEnv(t)
 	var runs counter
@@ -227,32 +237,41 @@ func TestFencedCompletionAfterUnstoredRuns(t *testing.T) {
 	}
 }
 
-// A key that ran 101 times without storing a response is answered 503
-// rather than followed through an ever longer chain.
-func TestFencedCompletionBoundsTheChain(t *testing.T) {
+// However many runs stored nothing, the next one still runs the handler
+// (the chain of slots an earlier version followed stopped at 100), and its
+// response is stored and replayed.
+func TestUnstoredRunsAreNotBounded(t *testing.T) {
 	e := newEnv(t)
 	var runs counter
 	var logged logs
 	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.Logger(logged.logger()))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs.inc()
-		w.WriteHeader(http.StatusServiceUnavailable)
+		if runs.inc() <= 101 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "done")
 	})))
 	for i := 1; i <= 101; i++ {
 		if res := e.send(t, post("/orders", "k", "x")); res.status != 503 || runs.get() != i {
 			t.Fatalf("run %d: %d after %d runs", i, res.status, runs.get())
 		}
 	}
-	res := e.send(t, post("/orders", "k", "x"))
-	wantProblem(t, res, http.StatusServiceUnavailable, httpguard.TypeUnavailable)
-	if runs.get() != 101 || !strings.Contains(logged.String(), "stored no response") {
-		t.Errorf("runs %d, log:\n%s", runs.get(), logged.String())
+	if res := e.send(t, post("/orders", "k", "x")); res.status != http.StatusCreated || res.body != "done" || runs.get() != 102 {
+		t.Fatalf("run 102: %d %q after %d runs, want the handler's 201", res.status, res.body, runs.get())
+	}
+	if res := e.send(t, post("/orders", "k", "x")); res.header.Get("Idempotent-Replayed") != "true" || res.body != "done" || runs.get() != 102 {
+		t.Fatalf("retry: %d %q replayed=%q after %d runs, want a replay", res.status, res.body, res.header.Get("Idempotent-Replayed"), runs.get())
+	}
+	if strings.Contains(logged.String(), "level=ERROR") || strings.Contains(logged.String(), "level=WARN") {
+		t.Errorf("unexpected warnings or errors:\n%s", logged.String())
 	}
 }
 
-// A response stored in a later slot of the chain (an earlier run stored
-// nothing) is replayed for the whole retention, counted from when it was
-// stored: the mark that leads to it outlives it.
-func TestChainedResponseKeptForRetention(t *testing.T) {
+// A response stored after an earlier run stored nothing is replayed for
+// the whole retention, counted from when it was stored, not from when the
+// key was bound.
+func TestResponseKeptForRetentionAfterUnstoredRun(t *testing.T) {
 	e := newEnv(t)
 	const retention = 2 * time.Second
 	var runs counter
@@ -279,5 +298,172 @@ func TestChainedResponseKeptForRetention(t *testing.T) {
 	t.Logf("retry %v after the response was stored: %d %q replayed=%q, runs=%d", time.Since(stored).Round(time.Millisecond), res.status, res.body, res.header.Get("Idempotent-Replayed"), runs.get())
 	if res.header.Get("Idempotent-Replayed") != "true" || runs.get() != 2 {
 		t.Errorf("the handler ran %d times; the retry was not replayed although the stored response is within retention", runs.get())
+	}
+}
+
+// A request that runs past the retention window, whose lease is lost
+// unnoticed meanwhile, while a newer request with the same key binds the
+// key afresh and is still running: the stale request completes first, and
+// its response is refused by the token check, not stored in place of the
+// newer one's. (The chain of slots an earlier version used let it store:
+// the binding that led the newer request to fence it had expired.)
+func TestFencedCompletionStaleOutlivesRetention(t *testing.T) {
+	const retention = 2 * time.Second
+	e := newEnv(t)
+	pa, pb := newPaused("a"), newPaused("b")
+	defer pa.wake()
+	defer pb.wake()
+	var logged logs
+	// a renews only every 20s: it does not notice the loss during the test.
+	a := e.instanceOn(t, e.redis.Client(t), []guard.Option{guard.WithTTL(time.Minute)}, pa,
+		httpguard.Retention(retention), httpguard.Logger(logged.logger()))
+	b := e.instanceOn(t, e.redis.Client(t), nil, pb, httpguard.Retention(retention))
+
+	first := make(chan result, 1)
+	go func() {
+		res, err := (&env{srv: a.srv}).try(post("/orders", "k", "x"))
+		if err != nil {
+			t.Error(err)
+		}
+		first <- res
+	}()
+	wait(t, pa.started, 5*time.Second, "a's handler starts")
+	lockKey := httpguard.LockKey("POST", "POST /orders", "", "k")
+	// a runs past the retention window: the key's binding expires.
+	deadline := time.Now().Add(retention + 10*time.Second)
+	for e.admin.Exists(t.Context(), lockKey+":claim").Val() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the binding did not expire; PTTL %v", e.admin.PTTL(t.Context(), lockKey+":claim").Val())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n, err := e.admin.Del(t.Context(), lockKey).Result(); err != nil || n != 1 {
+		t.Fatalf("DEL %s: %d, %v", lockKey, n, err)
+	}
+
+	second := make(chan result, 1)
+	go func() {
+		res, err := (&env{srv: b.srv}).try(post("/orders", "k", "x"))
+		if err != nil {
+			t.Error(err)
+		}
+		second <- res
+	}()
+	wait(t, pb.started, 5*time.Second, "b's handler starts")
+
+	pa.wake() // a completes first, unaware that its lease is gone
+	if live := wait(t, pa.live, 5*time.Second, "a resumes"); !live {
+		t.Fatal("a's context was canceled: the test means a lease lost without a's knowledge")
+	}
+	if res := wait(t, first, 5*time.Second, "a's response"); res.body != "from a" {
+		t.Fatalf("a's response %d %q", res.status, res.body)
+	}
+	if out := logged.String(); !strings.Contains(out, "response not stored") || !strings.Contains(out, guard.ErrSuperseded.Error()) {
+		t.Fatalf("want a's store refused by the token check, logged; got:\n%s", out)
+	}
+	if res := a.send(t, post("/orders", "k", "x")); res.status != http.StatusConflict {
+		t.Fatalf("retry while b runs: %d %q, want 409", res.status, res.body)
+	}
+
+	pb.wake()
+	if res := wait(t, second, 5*time.Second, "b's response"); res.body != "from b" {
+		t.Fatalf("b's response %d %q", res.status, res.body)
+	}
+	wantReplay(t, a, b, "from b")
+}
+
+// A lease really lost while the handler runs: a's link to Redis is cut, its
+// renewals fail, its lease ends in Redis and its context is canceled, but
+// its handler goes on (it ignores its context). A second request gets the
+// key and completes first. a's response, when it comes, is neither stored
+// over b's nor replayed instead of it.
+func TestFencedCompletionLeaseLostOnCutLink(t *testing.T) {
+	const ttl = time.Second
+	e := newEnv(t)
+	pa, pb := newPaused("a"), newPaused("b")
+	defer pa.wake()
+	defer pb.wake()
+	pb.wake() // b does not pause
+	proxy := faultproxy.New(t, e.redis.Addr())
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	var logged logs
+	a := e.instanceOn(t, client, []guard.Option{guard.WithTTL(ttl)}, pa, httpguard.Logger(logged.logger()))
+	b := e.instance(t, pb)
+
+	first := make(chan result, 1)
+	go func() {
+		res, err := (&env{srv: a.srv}).try(post("/orders", "k", "x"))
+		if err != nil {
+			t.Error(err)
+		}
+		first <- res
+	}()
+	wait(t, pa.started, 5*time.Second, "a's handler starts")
+	proxy.Blackhole(true)
+	defer proxy.Blackhole(false)
+
+	// b is refused while a's lease lives in Redis, and runs once it ends.
+	var res result
+	for deadline := time.Now().Add(10 * ttl); ; {
+		res = b.send(t, post("/orders", "k", "x"))
+		if res.status != http.StatusConflict || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if res.status != http.StatusCreated || res.body != "from b" {
+		t.Fatalf("newer request: %d %q, want 201 from b once a's lease ended", res.status, res.body)
+	}
+
+	proxy.Blackhole(false)
+	pa.wake()
+	if live := wait(t, pa.live, 5*time.Second, "a resumes"); live {
+		t.Fatal("a's context is still live: its lease was not lost")
+	}
+	if res := wait(t, first, 5*time.Second, "a's response"); res.body != "from a" {
+		t.Fatalf("a's response %d %q", res.status, res.body)
+	}
+	wantReplay(t, a, b, "from b")
+	if n := pa.runs.get() + pb.runs.get(); n != 2 {
+		t.Errorf("the handlers ran %d times, want 2", n)
+	}
+	if out := logged.String(); !strings.Contains(out, "lease lost while the request was processed") || !strings.Contains(out, "response_stored=false") {
+		t.Errorf("want a's loss logged with response_stored=false; got:\n%s", out)
+	}
+}
+
+// A request that runs, holding its lease, longer than both the retention
+// window and the lease TTL outlives the key's fencing counter: nothing can
+// prove its hold the newest any more, so its response is not stored and a
+// retry runs the handler again.
+func TestRunOutlivingFenceCounterStoresNothing(t *testing.T) {
+	const ttl = 2 * time.Second // the counter lives max(Retention, TTL) after the acquisition
+	e := newEnv(t)
+	var runs counter
+	var logged logs
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.TTL(ttl), httpguard.Retention(10*time.Millisecond), httpguard.Logger(logged.logger()))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := runs.inc()
+		if n == 1 {
+			fence := httpguard.LockKey("POST", "POST /orders", "", "k") + ":fence"
+			for deadline := time.Now().Add(10 * ttl); e.admin.Exists(r.Context(), fence).Val() != 0; {
+				if time.Now().After(deadline) || r.Context().Err() != nil {
+					t.Errorf("the fencing counter is still there after %v, or the lease was lost: %v", 10*ttl, context.Cause(r.Context()))
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "run "+strconv.Itoa(n))
+	})))
+	if res := e.send(t, post("/orders", "k", "x")); res.status != http.StatusCreated || res.body != "run 1" {
+		t.Fatalf("first: %d %q", res.status, res.body)
+	}
+	if out := logged.String(); !strings.Contains(out, "response not stored") || !strings.Contains(out, "counter is gone") {
+		t.Fatalf("want the store refused for want of a counter, logged; got:\n%s", out)
+	}
+	if res := e.send(t, post("/orders", "k", "x")); res.body != "run 2" || res.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("retry: %q replayed=%q, want the handler to run again", res.body, res.header.Get("Idempotent-Replayed"))
 	}
 }

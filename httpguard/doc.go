@@ -60,7 +60,8 @@
 //
 // The payload's fingerprint is bound to the key when the handler first
 // runs, for the retention window. After the handler returns, its status,
-// allow-listed headers and body are stored for the retention window, unless:
+// allow-listed headers and body replace the binding, for the retention
+// window, unless:
 //   - the status is 5xx, 408, 425 or 429: those invite a retry, and a retry
 //     runs the handler again (with the same payload; another payload is
 //     still refused with 422);
@@ -69,12 +70,19 @@
 //   - the lease was lost while the handler ran: another request may have
 //     run it meanwhile, so nothing is claimed as the key's result. This
 //     holds also when the loss went unnoticed (the process was paused): a
-//     response is stored only if no request with a newer hold on the key
-//     (a higher fencing token) has begun. A newer request that begins first
-//     fences the older one's slot, in one Redis command that the older
-//     one's store would need; one that begins after the older response was
-//     stored replays it instead of running. So a stale request never
-//     overwrites, nor is replayed instead of, a newer request's response;
+//     response is stored only if the request's hold is still the newest on
+//     the key (its fencing token is the latest the key's counter minted),
+//     which Redis checks in the same script that stores it
+//     (guard.Locker.ClaimFenced). Once a newer request has taken the key,
+//     the older one's store is refused, whether the newer one has
+//     completed yet or not; a request that takes the key after the older
+//     response was stored replays it instead of running. So a stale
+//     request never overwrites, nor is replayed instead of, a newer
+//     request's response;
+//   - the request ran longer than both the retention window and the lease
+//     TTL: the key's fencing counter, kept that long after the request
+//     began, has expired, and without it no hold can be proven the newest
+//     (see Retention);
 //   - the handler panicked, or never ran (every refusal above);
 //   - NoReplay is set.
 //
@@ -82,11 +90,7 @@
 // them conditional on its own records (for example, a unique constraint on
 // the key).
 //
-// Redis holds, per key, the fingerprint (with the fencing token of the
-// request that bound it), the response and guard's fencing counter, each
-// expiring after the retention window, and the lease while the handler runs.
-// Each run that stored no response adds a small marker for the retention
-// window, which the next run follows; a key that ran more than 100 times
-// within the window without a stored response is answered 503 until its
-// markers expire.
+// Redis holds, per key, one value (the fingerprint, then the response) and
+// guard's fencing counter, each expiring after the retention window, and the
+// lease while the handler runs.
 package httpguard

@@ -3,7 +3,6 @@ package httpguard
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -101,17 +100,10 @@ type request struct {
 func (h *handler) serve(q *request) {
 	ctx := q.r.Context()
 	// A completed request is answered from storage without taking the lock,
-	// so that retries of a finished request never conflict.
-	if h.c.replay && h.answerFromStore(ctx, q) {
-		return
-	}
-	// While the first request runs, a different payload is refused as
-	// reused rather than as in flight.
-	if b, ok, err := h.l.Claimed(ctx, q.lookup); err != nil {
-		h.unavailable(q, err)
-		return
-	} else if fp, _ := splitBinding(b); ok && !bytes.Equal(fp, q.fingerprint) {
-		h.deny(q.w, q.r, problemKeyReused())
+	// so that retries of a finished request never conflict; and while the
+	// first request runs, a different payload is refused as reused rather
+	// than as in flight.
+	if c, err := h.readClaim(ctx, q); h.answered(q, c, err) {
 		return
 	}
 
@@ -163,7 +155,9 @@ func retryAfter(err error, limit time.Duration) int64 {
 
 func (h *handler) lockOptions(r *http.Request) []guard.LockOption {
 	// A key is remembered for the retention window, and so is its fencing
-	// counter: it need not outlive the key.
+	// counter: it need not outlive the key. A request that outlives it (and
+	// the lease TTL) can no longer prove its hold the newest, and stores
+	// nothing (see store).
 	opts := []guard.LockOption{guard.Wait(0), guard.FenceTTL(h.c.retention)}
 	if r.Pattern != "" {
 		opts = append(opts, guard.Name(r.Pattern), guard.Attrs(slog.String("http.route", r.Pattern)))
@@ -177,9 +171,10 @@ func (h *handler) lockOptions(r *http.Request) []guard.LockOption {
 }
 
 // locked runs with the lease held; lease, its context, is done only if the
-// lease is lost. Unless the request completed meanwhile or a newer request
-// superseded it, it binds the key to the payload, then runs the handler and
-// stores its response (see begin). It reports whether it stored a response.
+// lease is lost. Unless the request completed meanwhile, it binds the key
+// to the payload, then runs the handler and stores its response, fenced by
+// the hold's token (see completion.go). It reports whether it stored a
+// response.
 func (h *handler) locked(lease context.Context, q *request) bool {
 	// The handler's context ends with the lease and with the client.
 	ctx, cancel := context.WithCancelCause(lease)
@@ -187,18 +182,15 @@ func (h *handler) locked(lease context.Context, q *request) bool {
 	stop := context.AfterFunc(q.r.Context(), func() { cancel(context.Cause(q.r.Context())) })
 	defer stop()
 
-	token, _ := guard.TokenFrom(lease, q.lookup)
+	if !h.bind(ctx, q) {
+		return false
+	}
 	if !h.c.replay {
-		if _, _, ok := h.bindKey(ctx, q, token); ok {
-			h.serveOnly(ctx, q)
-		}
+		h.serveOnly(ctx, q)
 		return false
 	}
-	slot := h.begin(ctx, q, token)
-	if slot == "" {
-		return false
-	}
-	return h.serveAndStore(ctx, lease, q, slot)
+	token, _ := guard.TokenFrom(lease, q.lookup)
+	return h.serveAndStore(ctx, lease, q, token)
 }
 
 // serveOnly runs the handler with ctx and the body read before, for
@@ -217,8 +209,9 @@ func (q *request) withBody(ctx context.Context) *http.Request {
 }
 
 // serveAndStore runs the handler with ctx and the body read before, and
-// stores its response for replay in slot. It reports whether it stored it.
-func (h *handler) serveAndStore(ctx, lease context.Context, q *request, slot string) bool {
+// stores its response for replay if the hold with token is still the
+// key's newest. It reports whether it stored it.
+func (h *handler) serveAndStore(ctx, lease context.Context, q *request, token int64) bool {
 	rw := &recorder{ResponseWriter: q.w, allow: h.c.replayHeaders, limit: h.c.maxStoredBody}
 	h.next.ServeHTTP(rw, q.withBody(ctx)) // a panic propagates: nothing is stored
 
@@ -236,43 +229,7 @@ func (h *handler) serveAndStore(ctx, lease context.Context, q *request, slot str
 		q.log.Debug("httpguard: handled; response not stored", "status", rec.Status, "body_over_limit", rw.overflow)
 		return false
 	}
-	return h.store(lease, q, slot, rec)
-}
-
-// store keeps rec as the key's response for the retention window, in slot,
-// and reports whether it did. It writes with the lease's own context: the
-// response is stored also when the client has gone, and not once the
-// lease is known lost. A lease lost unnoticed (a pause) is caught by the
-// slot: a newer request that began has filled it (see begin).
-func (h *handler) store(lease context.Context, q *request, slot string, rec record) bool {
-	rec.Fingerprint = q.fingerprint
-	b, err := json.Marshal(rec)
-	if err != nil {
-		q.log.Error("httpguard: response not stored", "err", err)
-		return false
-	}
-	stored, err := h.l.Claim(lease, slot, b, h.c.retention)
-	switch {
-	case err != nil:
-		q.log.Error("httpguard: response not stored; a retry runs the handler again", "err", err)
-	case !stored:
-		q.log.Warn("httpguard: response not stored: the lease was lost and a newer request has begun", "status", rec.Status)
-	default:
-		q.log.Debug("httpguard: handled; response stored", "status", rec.Status)
-	}
-	return stored
-}
-
-// answerFromStore replays the stored response of the key, or refuses the
-// request if that response belongs to another payload. It reports whether
-// it answered.
-func (h *handler) answerFromStore(ctx context.Context, q *request) bool {
-	rec, _, _, err := h.walk(ctx, q, q.head())
-	if err == nil && rec == nil {
-		return false
-	}
-	h.answerWith(q, rec, err)
-	return true
+	return h.store(lease, q, token, rec)
 }
 
 // readBody reads the body to fingerprint it, up to MaxBody bytes.

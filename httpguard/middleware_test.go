@@ -683,10 +683,11 @@ func TestRedisKeysExpire(t *testing.T) {
 			t.Errorf("%s: TTL %v (%v), want at most the 1h retention", k, ttl, err)
 		}
 	}
-	// A fingerprint, a response and a fencing counter per key, and maybe
-	// the seconds-long marker of a release (guard:{…}:done:<owner>).
+	// A claim (the fingerprint, then the response) and a fencing counter
+	// per key, and maybe the seconds-long marker of a release
+	// (guard:{…}:done:<owner>).
 	long := slices.DeleteFunc(keys, func(k string) bool { return strings.Contains(k, "}:done:") })
-	if len(long) != 6 {
-		t.Errorf("%d keys, want 6: %v", len(long), long)
+	if len(long) != 4 {
+		t.Errorf("%d keys, want 4: %v", len(long), long)
 	}
 }

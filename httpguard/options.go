@@ -87,9 +87,11 @@ func DenyHandler(f func(w http.ResponseWriter, r *http.Request, p Problem)) Opti
 
 // Retention sets how long a key stays bound to the payload of its first
 // request and how long a completed response is kept for replay, counted on
-// the Redis server from when each was stored. Keep it well above the
-// longest a request can run or be paused: a request still running when its
-// key's binding expires can store its response over a newer request's.
+// the Redis server from when each was stored. The key's fencing counter is
+// kept as long after each request begins (guard.FenceTTL; at least the
+// lease TTL): a request that runs longer than both stores no response,
+// since its hold can no longer be proven the newest, and a retry runs the
+// handler again. Keep it above the longest a request can run.
 // Default: 24h. Must be positive and at least one millisecond.
 func Retention(d time.Duration) Option { return func(c *config) { c.retention = d } }
 
