@@ -5,19 +5,14 @@
 -- Returns the counter: equal to ARGV[1] when the value was stored; another
 -- token (a newer one, or one this token was not minted from) or 0 (no
 -- counter) when nothing was stored.
--- The counter holds the latest token acquire.lua minted, so a token equal to
--- it belongs to the newest hold. A missing counter proves nothing: it expired
+-- The counter holds the latest token minted (by acquire.lua, or by a
+-- release's grant in set_counts.lua), so a token equal to it belongs to the
+-- newest hold. A missing counter proves nothing: it expired
 -- (FenceTTL) or a failover lost it, and the hold that minted the newest token
 -- may still exist. Nothing is stored then.
-local last = redis.pcall('GET', KEYS[1])
-if type(last) == 'table' and last.err then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is not a fencing counter (' .. last.err .. ')')
-end
-if not last then return 0 end
-local counter = string.match(last, '^0*(%d+)$')
-if not (counter and not greater(counter, '9007199254740991')) then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is not a fencing counter (holds ' .. string.sub(last, 1, 32) .. ')')
-end
+local counter, err = counter_of(KEYS[1])
+if counter == nil then return err end
+if not counter then return 0 end
 if counter ~= ARGV[1] then return tonumber(counter) end
 local kind = redis.call('TYPE', KEYS[2])['ok']
 if kind ~= 'none' and kind ~= 'string' then

@@ -98,6 +98,23 @@ local function extend_key(key, ms)
   if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
 end
 
+-- counter_of reads a fencing counter: its digits, false when there is
+-- none, or nil and an error reply when the key holds anything else: "inf",
+-- "1e300" or a number beyond what a double holds exactly would make the
+-- next token wrong.
+local function counter_of(counter)
+  local last = redis.pcall('GET', counter)
+  if type(last) == 'table' and last.err then
+    return nil, redis.error_reply('WRONGTYPE ' .. counter .. ' is not a fencing counter (' .. last.err .. ')')
+  end
+  if not last then return false end
+  local digits = string.match(last, '^0*(%d+)$')
+  if not (digits and not greater(digits, '9007199254740991')) then
+    return nil, redis.error_reply('WRONGTYPE ' .. counter .. ' is not a fencing counter (holds ' .. string.sub(last, 1, 32) .. ')')
+  end
+  return digits
+end
+
 -- mint returns the next fencing token from the counter, t being a TIME
 -- reply, and stores it; or false and an error reply when the counter key
 -- holds something else. A token is never below the server's clock in µs,
@@ -107,16 +124,8 @@ end
 -- otherwise a counter that is not already permanent lives at least that
 -- long, and at least ttl ms, from now.
 local function mint(counter, t, fence_ttl, ttl)
-  local last = redis.pcall('GET', counter)
-  if type(last) == 'table' and last.err then
-    return false, redis.error_reply('WRONGTYPE ' .. counter .. ' is not a fencing counter (' .. last.err .. ')')
-  end
-  local digits = last and string.match(last, '^0*(%d+)$')
-  if last and not (digits and not greater(digits, '9007199254740991')) then
-    -- Not a counter this script wrote: "inf", "1e300" or a number beyond what
-    -- a double holds exactly would make the next token wrong.
-    return false, redis.error_reply('WRONGTYPE ' .. counter .. ' is not a fencing counter (holds ' .. string.sub(last, 1, 32) .. ')')
-  end
+  local digits, err = counter_of(counter)
+  if digits == nil then return false, err end
   local token = us_of(t)
   if digits and not greater(token, digits) then
     token = int(tonumber(digits) + 1)
