@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -39,7 +40,15 @@ func run() error {
 	serverCPU := flag.Int("server-cpu", 1, "CPU to pin each redis-server to; -1: don't pin")
 	budget := flag.Duration("budget", 4*time.Minute, "no disturbed case is re-run once this much time has passed")
 	tiny := flag.Bool("tiny", false, "run every scenario at a tiny size (seconds), to try the harness")
+	only := flag.String("only", "", "run only the cases whose name matches this regexp (a partial run, e.g. 'handoff .* hold=1ms')")
 	flag.Parse()
+	var onlyRE *regexp.Regexp
+	if *only != "" {
+		var err error
+		if onlyRE, err = regexp.Compile(*only); err != nil {
+			return fmt.Errorf("-only: %w", err)
+		}
+	}
 	if err := pin(*clientCPU, *serverCPU); err != nil {
 		return err
 	}
@@ -55,6 +64,7 @@ func run() error {
 		Sizes:     sizes,
 		ServerCPU: *serverCPU,
 		Deadline:  start.Add(*budget),
+		Only:      onlyRE,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "%6.1fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 		},

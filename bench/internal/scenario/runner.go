@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +29,9 @@ type Runner struct {
 	Deadline time.Time
 	// Logf reports progress; it may be nil.
 	Logf func(format string, args ...any)
+	// Only, when set, runs just the cases whose name it matches (a partial
+	// run, to look at a few cases while working; not for RESULTS.md).
+	Only *regexp.Regexp
 }
 
 func (r *Runner) logf(format string, args ...any) {
@@ -122,6 +127,9 @@ func newCase[T any](name string, out *T, q func(*T) *results.Quality, body func(
 // spent or the Deadline has passed. A re-run comes a whole pass later than
 // the attempt it repeats, so that a burst of outside load has time to pass.
 func (r *Runner) RunAll(ctx context.Context, cases []*Case) error {
+	if r.Only != nil {
+		cases = slices.DeleteFunc(cases, func(c *Case) bool { return !r.Only.MatchString(c.Name) })
+	}
 	for pass := 1; pass <= r.Sizes.MaxAttempts && len(cases) > 0; pass++ {
 		var disturbed []*Case
 		for _, c := range cases {
