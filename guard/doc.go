@@ -127,13 +127,25 @@
 // # Waiting
 //
 // A waiting acquisition sleeps until a release is published on the lock's
-// channel. A release names one waiting Locker of the fleet (the one whose
-// registration was refreshed longest ago), so a hand-off costs a release
-// and one retry, not a retry per process; if the named Locker does not take
-// the key within 50ms (it crashed, or its waiters gave up), the others try.
-// Readers that can share the key are let in together. Waiting is not
-// strictly first-come, first-served, and a stream of readers can hold off a
-// writer.
+// channel. Each waiting acquisition is registered in the lock's queue, and
+// a release that frees the key hands it to the oldest registered writer
+// itself: the release takes the key for that waiter (with a fresh fencing
+// token) and the message carries the grant, so the waiter returns without
+// another round trip and a hand-off costs two requests in the whole fleet,
+// the waiter's busy attempt and the holder's release. The waiter counts its
+// lease from when its last attempt was sent, which precedes the grant, and
+// makes one more attempt (which extends the hold) when that was more than a
+// renew interval ago. A grant to a waiter that gave up is dropped by it; one
+// to a waiter that crashed blocks the key no longer than the waiter's TTL.
+// Readers are not granted the key: a release names the Locker of the oldest
+// registration, whose first waiter tries, and readers that can share the
+// key are let in together; a release that cannot free the key (others still
+// hold it, MinHold) names one too. If the named Locker does not take the
+// key within 50ms (it crashed, or its waiters gave up), the others try.
+// Waiting is first-come, first-served among writers that keep their place
+// (each attempt renews a registration at the back of the queue); a stream
+// of readers can hold off a writer. Writers of a Locker with WithReplicaAck
+// are named, not granted: a release does not wait for replicas.
 package guard
 
 // Reading the code: the lease protocol in the order a WithLock runs it.

@@ -23,7 +23,7 @@ import (
 type Locker struct {
 	store store
 	clock clock
-	id    string // names this Locker in a lock's queue of waiting Lockers
+	id    string // names this Locker in the registrations of its waiting acquisitions
 	cfg   config
 	log   *slog.Logger
 	obs   Observer
