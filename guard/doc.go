@@ -142,10 +142,16 @@
 // key are let in together; a release that cannot free the key (others still
 // hold it, MinHold) names one too. If the named Locker does not take the
 // key within 50ms (it crashed, or its waiters gave up), the others try.
-// Waiting is first-come, first-served among writers that keep their place
-// (each attempt renews a registration at the back of the queue); a stream
-// of readers can hold off a writer. Writers of a Locker with WithReplicaAck
-// are named, not granted: a release does not wait for replicas.
+// The queue is ordered by when each registration expires: an attempt
+// renews its registration for twice its TTL, at the back, and a waiter
+// attempts at least once per TTL, so waiting is roughly least recently
+// refreshed first, not strictly first-come, first-served, and a waiter with
+// a shorter TTL goes ahead of one with a longer; a stream of readers can
+// hold off a writer. A grantee that never hears its grant (its
+// subscription is broken) keeps the key until its own attempt, at the
+// latest one TTL later, finds it already its own. Writers of a Locker with
+// WithReplicaAck are named, not granted: a release does not wait for
+// replicas.
 package guard
 
 // Reading the code: the lease protocol in the order a WithLock runs it.

@@ -57,10 +57,14 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 	switch {
 	case err != nil:
 		return acquireReply{}, classify(err)
-	case len(vals) != 2:
+	case len(vals) < 2:
 		return acquireReply{}, fmt.Errorf("guard: unexpected acquire reply %v", vals)
 	case vals[0] != 1:
-		return acquireReply{heldFor: time.Duration(vals[1]) * time.Millisecond}, nil
+		rep := acquireReply{heldFor: time.Duration(vals[1]) * time.Millisecond}
+		if len(vals) > 2 {
+			rep.minted = vals[2]
+		}
+		return rep, nil
 	}
 	// Unacknowledged, the hold is acquired and an error: the Locker drops it,
 	// since nobody may rely on a hold a failover could forget.

@@ -84,7 +84,7 @@ type keys struct {
 	lock    string // the hash of holders (see scripts/prelude.lua)
 	fence   string // the fencing counter
 	channel string // release notifications
-	waiters string // the Lockers waiting for the lock
+	waiters string // the acquisitions waiting for the lock (registrations)
 }
 
 func keysFor(prefix, name string) keys {
@@ -116,6 +116,7 @@ type acquireReply struct {
 	acquired bool
 	token    int64         // acquired: the fencing token
 	heldFor  time.Duration // busy: until the latest holder's expiry
+	minted   int64         // busy: the newest fencing token minted so far
 }
 
 // countArgs sets an owner's hold counts.

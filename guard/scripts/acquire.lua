@@ -7,7 +7,9 @@
 -- <FenceTTL ms>', kind 'g' for a writer that takes a grant (set_counts.lua),
 -- 'w' for one that does not, 'r' for a reader; ARGV[6] registration ms,
 -- ARGV[7] 'PUBLISH' or 'SPUBLISH', ARGV[8] FenceTTL ms (see mint)
--- Returns {1, token} when acquired, {0, ms until the latest holder expires} when busy.
+-- Returns {1, token} when acquired, {0, ms until the latest holder expires,
+-- the newest token minted so far (0 when none)} when busy: a grant with a
+-- token not above it was made before this attempt, and is gone.
 -- An owner that holds the key already (a retry after a lost reply, or a
 -- waiter that a release granted the key to) has its hold extended to the
 -- TTL from now, as a renewal would, and gets its token.
@@ -40,7 +42,7 @@ if owners > 0 and (mode == 'w' or writer) then
     redis.call('ZADD', KEYS[3], now + registration, member)
     extend_key(KEYS[3], registration)
   end
-  return {0, latest - now}
+  return {0, latest - now, tonumber(redis.call('GET', KEYS[2])) or 0}
 end
 local token, err = mint(KEYS[2], t, ARGV[8], ARGV[2])
 if not token then return err end
