@@ -93,13 +93,24 @@ type observer struct {
 	count       metric.Int64UpDownCounter
 	kind        trace.SpanStartOption   // every span is INTERNAL
 	childStart  []trace.SpanStartOption // a child span on its run's key: the kind alone
-	sets        sync.Map                // setKey -> *series, so a hot path builds no attribute set
-	cached      atomic.Int64            // entries in sets, at most maxCachedSets
+
+	// The metric attribute sets are cached, so that a measurement builds
+	// none: per lock name, every series guard reports for it (nameSeries),
+	// built at the name's first measurement; and single sets for the rest,
+	// such as failed round trips. Lock names are low in cardinality by
+	// contract, but one left at its default (the key) may carry an id: both
+	// caches are bounded, and past their bounds a measurement builds its set.
+	names       sync.Map     // lock name -> *[len(nameSeries)]*series
+	sets        sync.Map     // setKey -> *series
+	cachedNames atomic.Int64 // entries in names, at most maxCachedNames
+	cachedSets  atomic.Int64 // entries in sets, at most maxCachedSets
 }
 
-// maxCachedSets bounds the attribute-set cache: lock names are meant to be
-// few, but one left at its default (the key) may carry an id.
-const maxCachedSets = 1024
+// Bounds of the attribute-set caches.
+const (
+	maxCachedNames = 128
+	maxCachedSets  = 1024
+)
 
 // setKey names the attributes of one metric series: the lock name and one
 // more attribute.
@@ -110,6 +121,62 @@ type setKey struct {
 	err  string // error.type, if any
 }
 
+// nameSeries lists the series guard reports for every lock name, in the
+// order of seriesIndex.
+var nameSeries = [...]struct {
+	key attribute.Key
+	val string
+}{
+	{attrResult, "acquired"}, {attrResult, "busy"}, {attrResult, "timeout"}, {attrResult, "canceled"}, {attrResult, "error"},
+	{attrState, "held"}, {attrState, "waiting"},
+	{attrHold, "released"}, {attrHold, "lost"},
+	{attrOperation, "acquire"}, {attrOperation, "renew"}, {attrOperation, "release"},
+}
+
+// seriesIndex returns the index in nameSeries of the series with val for
+// key, or -1.
+func seriesIndex(key attribute.Key, val string) int {
+	switch key {
+	case attrResult:
+		switch val {
+		case "acquired":
+			return 0
+		case "busy":
+			return 1
+		case "timeout":
+			return 2
+		case "canceled":
+			return 3
+		case "error":
+			return 4
+		}
+	case attrState:
+		switch val {
+		case "held":
+			return 5
+		case "waiting":
+			return 6
+		}
+	case attrHold:
+		switch val {
+		case "released":
+			return 7
+		case "lost":
+			return 8
+		}
+	case attrOperation:
+		switch val {
+		case "acquire":
+			return 9
+		case "renew":
+			return 10
+		case "release":
+			return 11
+		}
+	}
+	return -1
+}
+
 // series holds the option carrying one series' attributes, as the slices
 // Record and Add take, so that passing it allocates nothing.
 type series struct {
@@ -117,12 +184,7 @@ type series struct {
 	add    []metric.AddOption
 }
 
-// attrs returns the cached options carrying the series' attributes. The
-// lock name is low in cardinality by contract, so the cache stays small.
-func (o *observer) attrs(k setKey) *series {
-	if v, ok := o.sets.Load(k); ok {
-		return v.(*series)
-	}
+func newSeries(k setKey) *series {
 	kvs := []attribute.KeyValue{k.key.String(k.val)}
 	if k.name != "" {
 		kvs = append(kvs, attrName.String(k.name))
@@ -131,15 +193,49 @@ func (o *observer) attrs(k setKey) *series {
 		kvs = append(kvs, attrErrorType.String(k.err))
 	}
 	opt := metric.WithAttributeSet(attribute.NewSet(kvs...))
-	s := &series{record: []metric.RecordOption{opt}, add: []metric.AddOption{opt}}
-	if o.cached.Load() >= maxCachedSets {
+	return &series{record: []metric.RecordOption{opt}, add: []metric.AddOption{opt}}
+}
+
+// attrs returns the options carrying the series' attributes, cached when
+// the bounds allow.
+func (o *observer) attrs(k setKey) *series {
+	if i := seriesIndex(k.key, k.val); i >= 0 && k.err == "" {
+		if byName := o.seriesOf(k.name); byName != nil {
+			return byName[i]
+		}
+	}
+	if v, ok := o.sets.Load(k); ok {
+		return v.(*series)
+	}
+	s := newSeries(k)
+	if o.cachedSets.Load() >= maxCachedSets {
 		return s
 	}
 	if v, loaded := o.sets.LoadOrStore(k, s); loaded {
 		return v.(*series)
 	}
-	o.cached.Add(1)
+	o.cachedSets.Add(1)
 	return s
+}
+
+// seriesOf returns the series of name listed in nameSeries, or nil when
+// the name cache is full.
+func (o *observer) seriesOf(name string) *[len(nameSeries)]*series {
+	if v, ok := o.names.Load(name); ok {
+		return v.(*[len(nameSeries)]*series)
+	}
+	if o.cachedNames.Load() >= maxCachedNames {
+		return nil
+	}
+	byName := new([len(nameSeries)]*series)
+	for i, sk := range nameSeries {
+		byName[i] = newSeries(setKey{name: name, key: sk.key, val: sk.val})
+	}
+	if v, loaded := o.names.LoadOrStore(name, byName); loaded {
+		return v.(*[len(nameSeries)]*series)
+	}
+	o.cachedNames.Add(1)
+	return byName
 }
 
 // New returns an Observer for guard.WithObserver. Providers not given are
