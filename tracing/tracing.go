@@ -106,7 +106,8 @@ type observer struct {
 	cachedSets  atomic.Int64 // entries in sets, at most maxCachedSets
 }
 
-// Bounds of the attribute-set caches.
+// Bounds of the attribute-set caches: a name's twelve series take about
+// 2.7 KB, a single set about 230 bytes, so at most about 0.6 MB in all.
 const (
 	maxCachedNames = 128
 	maxCachedSets  = 1024
