@@ -87,7 +87,7 @@ func checkQuorum(clients []redis.UniversalClient) error {
 //   - otherwise (answers split, or too few answered) an error: the Locker
 //     retries a renewal or a release, and a re-entry fails. It is never
 //     reported applied on fewer than a majority, and an error matches
-//     ErrWrongType only when a majority said so.
+//     ErrWrongType or ErrNotReplicated only when a majority said so.
 //
 // acquire is in quorum_acquire.go and the notification feed in
 // quorum_feed.go.
@@ -293,15 +293,12 @@ func (t *tally) err(op string, quorum, masters int) error {
 }
 
 // noQuorum is the error of a request that no majority decided. It matches
-// ErrWrongType only when a majority answered so, and never a noReplyError:
-// the quorum has already dropped what its masters may have done.
+// ErrWrongType or ErrNotReplicated only when a majority answered so, and
+// never a noReplyError: the quorum has already dropped what its masters may
+// have done.
 func noQuorum(what string, quorum, masters int, errs []error) error {
 	var msgs []string
-	wrongType := 0
 	for _, err := range errs {
-		if errors.Is(err, ErrWrongType) {
-			wrongType++
-		}
 		msgs = append(msgs, err.Error())
 	}
 	slices.Sort(msgs)
@@ -310,8 +307,16 @@ func noQuorum(what string, quorum, masters int, errs []error) error {
 	if len(errs) == 0 {
 		detail = "answers split"
 	}
-	if wrongType >= quorum {
-		return fmt.Errorf("guard: no quorum (%d needed): %s: %w: %s", quorum, what, ErrWrongType, detail)
+	for _, sentinel := range []error{ErrWrongType, ErrNotReplicated} {
+		n := 0
+		for _, err := range errs {
+			if errors.Is(err, sentinel) {
+				n++
+			}
+		}
+		if n >= quorum {
+			return fmt.Errorf("guard: no quorum (%d needed): %s: %w: %s", quorum, what, sentinel, detail)
+		}
 	}
 	return fmt.Errorf("guard: no quorum (%d needed): %s: %s", quorum, what, detail)
 }

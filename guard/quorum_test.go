@@ -440,3 +440,21 @@ func TestQuorumClose(t *testing.T) {
 	}
 	mustRelease(t, mustAcquire(t, t.Context(), other, "closing", guard.Wait(0)))
 }
+
+func TestQuorumReplicaAckPerMaster(t *testing.T) {
+	servers, addrs := startQuorum(t, 3)
+	ack := guard.WithReplicaAck(1, 200*time.Millisecond)
+	// No master has a replica: no master can acknowledge, so no hold stands.
+	l := newQuorumLocker(t, addrs, nil, ack)
+	if _, err := l.Acquire(t.Context(), "acked", guard.Wait(0)); !errors.Is(err, guard.ErrNotReplicated) || errors.Is(err, guard.ErrNotAcquired) {
+		t.Fatalf("Acquire without replicas: err = %v, want ErrNotReplicated", err)
+	}
+	// The holds it got were dropped: a Locker that asks for no ack gets the key.
+	mustRelease(t, mustAcquire(t, t.Context(), newQuorumLocker(t, addrs, nil), "acked", guard.Wait(0)))
+
+	// Two masters with a replica each: a majority acknowledges.
+	redistest.StartReplica(t, servers[0])
+	redistest.StartReplica(t, servers[1])
+	le := mustAcquire(t, t.Context(), l, "acked", guard.Wait(0))
+	mustRelease(t, le)
+}
