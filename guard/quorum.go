@@ -97,7 +97,7 @@ type quorumStore struct {
 	clock  clock
 
 	ttl, requestTimeout time.Duration // the Locker's, to scale per-lease timeouts
-	raise               *redis.Script // raise_fence.lua
+	writeFence          *redis.Script // write_fence.lua
 
 	renewing []chan struct{} // per master: renewal pipelines on the wire, up to nodeBatches
 	turns    turns           // orders the requests about one owner to each master
@@ -110,11 +110,15 @@ func newQuorumStore(clients []redis.UniversalClient, cfg config, c clock) *quoru
 		clock:          c,
 		ttl:            cfg.ttl,
 		requestTimeout: cfg.requestTimeout,
-		raise:          redis.NewScript(raiseFenceLua),
+		writeFence:     redis.NewScript(writeFenceLua),
 		turns:          turns{last: make(map[string]*turn)},
 	}
 	for _, c := range clients {
-		s.nodes = append(s.nodes, newRedisStore(c, cfg.replicas, cfg.replicaTimeout))
+		n := newRedisStore(c, cfg.replicas, cfg.replicaTimeout)
+		// One master's grant is not a majority's: releases name the next
+		// waiter, which then acquires on every master.
+		n.noGrants = true
+		s.nodes = append(s.nodes, n)
 		s.renewing = append(s.renewing, make(chan struct{}, nodeBatches))
 	}
 	return s
@@ -487,19 +491,69 @@ func (s *quorumStore) claimed(ctx context.Context, key string) ([]byte, bool, er
 	return nil, false, noQuorum("claimed: no value on a majority", s.quorum, len(s.nodes), errs)
 }
 
-// unregister takes the Locker out of the lock's waiting Lockers on every
-// master.
-func (s *quorumStore) unregister(ctx context.Context, k keys, locker string) error {
+// withdraw takes the acquisition's registration out of the lock's queue on
+// every master. removed is true only when every master answered: a quorum
+// never grants a key (see newQuorumStore), but the Locker then drops
+// whatever a master that did not answer may hold for it.
+func (s *quorumStore) withdraw(ctx context.Context, k keys, a acquireArgs) (bool, error) {
 	deadline := s.deadline(ctx)
-	replies := each(s, ctx, deadline, func(ctx context.Context, _ int, n *redisStore) (struct{}, error) {
-		return struct{}{}, n.unregister(ctx, k, locker)
+	replies := each(s, ctx, deadline, func(ctx context.Context, _ int, n *redisStore) (bool, error) {
+		return n.withdraw(ctx, k, a)
 	})
 	var errs []error
-	collect(s, ctx, deadline, replies, func(r nodeReply[struct{}]) bool {
-		errs = append(errs, r.err)
+	answered := collect(s, ctx, deadline, replies, func(r nodeReply[bool]) bool {
+		if r.err != nil {
+			errs = append(errs, r.err)
+		}
 		return false
 	})
-	return errors.Join(errs...)
+	return answered == len(s.nodes) && len(errs) == 0, errors.Join(errs...)
+}
+
+// claimFenced stores value on every master whose counter is token, and
+// returns token when a majority did: the masters that the acquisition's
+// token was written to hold exactly it until a newer hold mints another.
+// Otherwise, once a majority has answered, it returns the largest other
+// counter if that is above token (a newer hold began), else 0 if a master
+// has none, else the largest; it may so refuse a token whose majority is
+// partly unreachable (a master that granted the hold late minted a larger
+// one of its own). Stores on fewer than a majority are not rolled back, and
+// Claimed, which needs a majority, does not see them.
+func (s *quorumStore) claimFenced(ctx context.Context, fence, key string, token int64, value []byte, ttl time.Duration) (int64, error) {
+	start, deadline := s.clock.Now(), s.deadline(ctx)
+	replies := each(s, ctx, deadline, func(ctx context.Context, _ int, n *redisStore) (int64, error) {
+		return n.claimFenced(ctx, fence, key, token, value, ttl)
+	})
+	stored := 0
+	var others []int64
+	var errs []error
+	answered := collect(s, ctx, deadline, replies, func(r nodeReply[int64]) bool {
+		switch {
+		case r.err != nil:
+			errs = append(errs, r.err)
+		case r.v == token:
+			stored++
+		default:
+			others = append(others, r.v)
+		}
+		pending := len(s.nodes) - stored - len(others) - len(errs)
+		return stored >= s.quorum || stored+pending < s.quorum
+	})
+	switch {
+	case stored >= s.quorum:
+		return token, nil
+	case stored+len(others) >= s.quorum:
+		switch top := slices.Max(others); {
+		case top > token:
+			return top, nil
+		case slices.Contains(others, 0):
+			return 0, nil
+		default:
+			return top, nil
+		}
+	}
+	errs = missing(errs, answered, len(s.nodes), deadline.Sub(start))
+	return 0, noQuorum(fmt.Sprintf("claim fenced: %d of %d masters stored it", stored, len(s.nodes)), s.quorum, len(s.nodes), errs)
 }
 
 // close waits for the requests still on the wire to every master, which

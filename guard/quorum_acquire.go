@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"time"
@@ -12,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-//go:embed scripts/raise_fence.lua
-var raiseFenceLua string
+//go:embed scripts/write_fence.lua
+var writeFenceLua string
 
 // acquire is one Redlock attempt: acquire.lua on every master at once, each
 // bounded by the node timeout. The hold stands when a majority granted it,
@@ -23,17 +24,21 @@ var raiseFenceLua string
 //
 // The token is the largest a majority returned. Masters return different
 // ones (each counter is floored by its own clock), so it is written back
-// (raise_fence.lua) to the masters whose counter is lower before it is
+// (write_fence.lua) to the masters whose counter differs before it is
 // handed out, and the answer waits until a majority of the masters that
 // granted the hold have it. Any later majority then includes one of them,
 // whose acquire.lua returns more: tokens increase while a majority keeps
 // its data. The write-back goes to every master, awaited or not, so a single
-// master that later restarts empty does not lose the token either. It costs
-// a second round trip (in parallel) whenever the masters disagree, which is
-// nearly always.
+// master that later restarts empty does not lose the token either, and a
+// master that granted the hold too late to count has its own larger mint
+// brought down to the token (ClaimFenced compares counters with it). It
+// costs a second round trip (in parallel) whenever the masters disagree,
+// which is nearly always.
 //
 // Busy, when a majority answered and did not grant it: heldFor is how long
-// until enough masters could be free for a majority, by their answers.
+// until enough masters could be free for a majority, by their answers. A
+// busy answer after a split vote (some masters granted it) comes back
+// after a random delay (see backOff).
 func (s *quorumStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquireReply, error) {
 	start := s.clock.Now()
 	timeout := s.nodeTimeout(a.ttl)
@@ -41,7 +46,7 @@ func (s *quorumStore) acquire(ctx context.Context, k keys, a acquireArgs) (acqui
 	r := &acquireRound{
 		s: s, k: k, a: a, timeout: timeout,
 		votes:   make(chan nodeReply[acquireReply], len(s.nodes)),
-		raised:  make(chan nodeReply[struct{}], len(s.nodes)),
+		wrote:   make(chan nodeReply[struct{}], len(s.nodes)),
 		fenced:  make(chan struct{}),
 		settled: make(chan struct{}),
 	}
@@ -58,9 +63,21 @@ func (s *quorumStore) acquire(ctx context.Context, k keys, a acquireArgs) (acqui
 	}
 
 	v := acquireVotes{masters: len(s.nodes), quorum: s.quorum, granted: make(map[int]int64)}
-	answered := collect(s, ctx, deadline, r.votes, v.add)
+	var majority time.Duration // until a majority had answered
+	answered := collect(s, ctx, deadline, r.votes, func(r nodeReply[acquireReply]) bool {
+		done := v.add(r)
+		if len(v.granted)+len(v.heldFor)+len(v.errs) == s.quorum {
+			majority = s.clock.Now().Sub(start)
+		}
+		return done
+	})
 	if len(v.granted) < s.quorum {
-		return v.notGranted(answered, deadline.Sub(start))
+		rep, err := v.notGranted(answered, deadline.Sub(start))
+		if err == nil && len(v.granted) > 0 {
+			r.settle(false)
+			s.backOff(ctx, majority, timeout)
+		}
+		return rep, err
 	}
 	token, agree := v.token()
 	r.fence(token)
@@ -93,7 +110,7 @@ type acquireRound struct {
 	a       acquireArgs
 	timeout time.Duration
 	votes   chan nodeReply[acquireReply]
-	raised  chan nodeReply[struct{}]
+	wrote   chan nodeReply[struct{}]
 
 	token   int64 // to write back where lower, 0 for none; set before fenced is closed
 	fenced  chan struct{}
@@ -116,11 +133,15 @@ func (r *acquireRound) work(base context.Context, turn *turn, i int, n *redisSto
 	cancel()
 	r.votes <- nodeReply[acquireReply]{i, rep, err}
 	<-r.fenced
-	if sent && r.token > 0 && (err != nil || !rep.acquired || rep.token < r.token) {
+	if sent && r.token > 0 && (err != nil || !rep.acquired || rep.token != r.token) {
+		var minted int64 // this master's own token of this attempt, if it granted it
+		if err == nil && rep.acquired {
+			minted = rep.token
+		}
 		ctx, cancel := context.WithTimeout(base, r.timeout)
-		rerr := raiseFence(ctx, n, r.s.raise, r.k, r.token, r.a)
+		rerr := writeFence(ctx, n, r.s.writeFence, r.k, r.token, minted, r.a)
 		cancel()
-		r.raised <- nodeReply[struct{}]{node: i, err: rerr}
+		r.wrote <- nodeReply[struct{}]{node: i, err: rerr}
 	}
 	<-r.settled
 	if sent && !r.keep && (rep.acquired || err != nil) {
@@ -137,15 +158,38 @@ func (r *acquireRound) fence(token int64) {
 	close(r.fenced)
 }
 
-// settle tells them whether the hold stands; fence must not be called after.
+// settle tells them whether the hold stands, once; fence must not be
+// called after. Only the attempt's goroutine calls them.
 func (r *acquireRound) settle(keep bool) {
+	select {
+	case <-r.settled:
+		return
+	default:
+	}
 	select {
 	case <-r.fenced:
 	default:
-		close(r.fenced) // only the attempt's goroutine closes it
+		close(r.fenced)
 	}
 	r.keep = keep
 	close(r.settled)
+}
+
+// backOff sleeps a random while, up to four times what a majority took to
+// answer the split attempt (at least 1ms, at most limit), before its busy
+// answer goes back. The
+// contenders of a split vote dropped their holds and are woken together by
+// those drops' notifications; without it they would try together again,
+// and split again, for as long as their timing stays in step (Redlock's
+// random retry delay).
+func (s *quorumStore) backOff(ctx context.Context, took, limit time.Duration) {
+	d := rand.N(min(max(4*took, time.Millisecond), limit))
+	timer := s.clock.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C():
+	case <-ctx.Done():
+	}
 }
 
 // written waits until a majority of the masters that granted the hold (as
@@ -159,7 +203,7 @@ func (r *acquireRound) written(ctx context.Context, granted map[int]int64, agree
 	defer timer.Stop()
 	for agree < s.quorum && agree+waiting >= s.quorum {
 		select {
-		case w := <-r.raised:
+		case w := <-r.wrote:
 			if _, ok := granted[w.node]; !ok {
 				continue // a master that did not count: written at best effort
 			}
@@ -183,10 +227,11 @@ func (r *acquireRound) written(ctx context.Context, granted map[int]int64, agree
 	return noQuorum(fmt.Sprintf("fencing token %d written to %d of the %d masters that granted the hold", r.token, agree, len(granted)), s.quorum, len(s.nodes), errs)
 }
 
-// raiseFence raises k's fencing counter on n to at least token
-// (raise_fence.lua), by hash: the script is not part of the function library.
-func raiseFence(ctx context.Context, n *redisStore, sc *redis.Script, k keys, token int64, a acquireArgs) error {
-	err := sc.Run(ctx, n.client, []string{k.fence}, strconv.FormatInt(token, 10), ms(a.fenceTTL), ms(a.ttl)).Err()
+// writeFence writes token to k's fencing counter on n where it differs
+// (write_fence.lua), minted being the token n returned to this attempt (0
+// if none); by hash: the script is not part of the function library.
+func writeFence(ctx context.Context, n *redisStore, sc *redis.Script, k keys, token, minted int64, a acquireArgs) error {
+	err := sc.Run(ctx, n.client, []string{k.fence}, strconv.FormatInt(token, 10), ms(a.fenceTTL), ms(a.ttl), strconv.FormatInt(minted, 10)).Err()
 	return classify(err)
 }
 

@@ -74,6 +74,20 @@ func fenceOn(t testing.TB, s *redistest.Server, key string) int64 {
 	return v
 }
 
+// waitFence waits until every server's fencing counter of key is token.
+func waitFence(t testing.TB, servers []*redistest.Server, key string, token int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, s := range servers {
+		for got := fenceOn(t, s, key); got != token; got = fenceOn(t, s, key) {
+			if time.Now().After(deadline) {
+				t.Fatalf("fencing counter of %q on %s is %d, want %d", key, s.Addr(), got, token)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
 func TestNewQuorumRejectsBadInput(t *testing.T) {
 	_, addrs := startQuorum(t, 1)
 	client := func() *redis.Client {
@@ -457,4 +471,29 @@ func TestQuorumReplicaAckPerMaster(t *testing.T) {
 	redistest.StartReplica(t, servers[1])
 	le := mustAcquire(t, t.Context(), l, "acked", guard.Wait(0))
 	mustRelease(t, le)
+}
+
+func TestQuorumClaimFenced(t *testing.T) {
+	servers, addrs := startQuorum(t, 3)
+	a, b := newQuorumLocker(t, addrs, []func(*redis.Options){failFast}), newQuorumLocker(t, addrs, []func(*redis.Options){failFast})
+	first := mustAcquire(t, t.Context(), a, "result")
+	if err := a.ClaimFenced(t.Context(), "result", first.Token(), []byte("first"), time.Minute); err != nil {
+		t.Fatalf("ClaimFenced with the newest token: %v", err)
+	}
+	mustRelease(t, first)
+	second := mustAcquire(t, t.Context(), b, "result")
+	defer mustRelease(t, second)
+	if err := a.ClaimFenced(t.Context(), "result", first.Token(), []byte("stale"), time.Minute); !errors.Is(err, guard.ErrSuperseded) {
+		t.Fatalf("ClaimFenced with a superseded token: err = %v, want ErrSuperseded", err)
+	}
+	// Every master ends up with the token, a late one included; then one
+	// may go down and the token is still on a majority.
+	waitFence(t, servers, "result", second.Token())
+	servers[0].Kill(t)
+	if err := b.ClaimFenced(t.Context(), "result", second.Token(), []byte("second"), time.Minute); err != nil {
+		t.Fatalf("ClaimFenced with a master down: %v", err)
+	}
+	if v, ok, err := a.Claimed(t.Context(), "result"); err != nil || !ok || string(v) != "second" {
+		t.Fatalf("Claimed = %q, %v, %v; want second", v, ok, err)
+	}
 }
