@@ -120,8 +120,14 @@
 // server. So the job is told to stop before another owner could hold a
 // majority. Releases and re-entries count on a majority too: an answer is
 // never taken as applied on fewer than a majority. Reentrancy, read-write
-// leases, MinHold, waiting and Close are those of one server; every master
-// publishes a release, and a waiter wakes on the first copy.
+// leases, MinHold, waiting and Close are those of one server, with one
+// difference in waiting: a release does not grant the key to a waiter (one
+// master's grant is not a majority's), it names the next waiting Locker,
+// whose waiter then acquires on every master. Every master publishes a
+// release, and a waiter wakes on the first copy. After a split vote (some
+// masters granted an attempt, not a majority) the busy answer comes back
+// after a random delay, so that contenders woken together do not split
+// again. Claim, Claimed and ClaimFenced need a majority too.
 //
 // Fencing tokens strictly increase: the token of an acquisition is the
 // largest a majority returned, and before it is handed out it is written
@@ -131,7 +137,8 @@
 // token is larger. This holds while a majority keeps its data: the write-back
 // goes to every master (awaited on a majority only), so one master restarted
 // empty is covered by the others, but a majority that lost its data is
-// covered only by the clock floor (see Fencing).
+// covered only by the clock floor (see Fencing). ClaimFenced succeeds where
+// a majority's counter is the token.
 //
 // Cost: a fresh acquisition is two round trips, each to every master in
 // parallel: acquire, and the token's write-back, because the masters' tokens
@@ -140,8 +147,9 @@
 // and release of a free key sent 7.3 script calls and ran 46 commands over
 // the masters (1.3 of those calls write the token back), against 2 and 14 on
 // one server, and took about twice as long on loopback
-// (BenchmarkQuorumAcquireRelease). A release is published by every master,
-// so a waiter may try once more than on one server.
+// (BenchmarkQuorumAcquireRelease). A hand-off costs the waiter an
+// acquisition (two round trips) after the release, where one server grants
+// the key with the release.
 //
 // Clock assumptions: those of one server, for each master. The masters'
 // clocks need not agree with each other or with the client's, but each must
