@@ -118,7 +118,9 @@
 // a majority applied it; when a majority says expired or taken, the lease is
 // lost at once; otherwise it is retried until the stop time, as on one
 // server. So the job is told to stop before another owner could hold a
-// majority. Releases and re-entries count on a majority too: an answer is
+// majority. A renewal does not take the key on a master that lost or never
+// got the hold (one that granted it too late to count does hold it): a
+// lease held by just a majority is lost when one of those masters fails. Releases and re-entries count on a majority too: an answer is
 // never taken as applied on fewer than a majority. Reentrancy, read-write
 // leases, MinHold, waiting and Close are those of one server, with one
 // difference in waiting: a release does not grant the key to a waiter (one

@@ -112,7 +112,7 @@ type acquireRound struct {
 	votes   chan nodeReply[acquireReply]
 	wrote   chan nodeReply[struct{}]
 
-	token   int64 // to write back where lower, 0 for none; set before fenced is closed
+	token   int64 // to write back where it differs, 0 for none; set before fenced is closed
 	fenced  chan struct{}
 	keep    bool // the hold stands; false drops it; set before settled is closed
 	settled chan struct{}

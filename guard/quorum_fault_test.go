@@ -66,6 +66,7 @@ func TestQuorumMinorityDown(t *testing.T) {
 			holder := newQuorumLocker(t, addrs, fast, guard.WithTTL(ttl))
 			others := []*guard.Locker{newQuorumLocker(t, addrs, fast, guard.WithTTL(ttl)), newQuorumLocker(t, addrs, fast, guard.WithTTL(ttl))}
 			le := mustAcquire(t, t.Context(), holder, "minority")
+			waitHeld(t, servers, "minority") // not on just a majority that loses a master
 			for _, s := range servers[:tc.down] {
 				s.Kill(t)
 			}
@@ -104,6 +105,7 @@ func TestQuorumMajorityDown(t *testing.T) {
 	holder := newQuorumLocker(t, addrs, fast, guard.WithTTL(ttl), guard.WithStopGrace(grace))
 	other := newQuorumLocker(t, addrs, fast, guard.WithTTL(ttl))
 	le := mustAcquire(t, t.Context(), holder, "majority")
+	waitHeld(t, servers, "majority")
 	survivor := servers[2].Client(t, failFast)
 
 	servers[0].Kill(t)
