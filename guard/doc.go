@@ -146,9 +146,9 @@
 // parallel: acquire, and the token's write-back, because the masters' tokens
 // nearly always differ (each counter is floored by its own clock). A release,
 // a re-entry and a renewal are one. On 3 masters an uncontended acquisition
-// and release of a free key sent 7.3 script calls and ran 46 commands over
-// the masters (1.3 of those calls write the token back), against 2 and 14 on
-// one server, and took about twice as long on loopback
+// and release of a free key sent 8 script calls and ran 48 commands over
+// the masters (2 of those calls write the token back), against 2 and 14 on
+// one server, and took 2 to 2.6 times as long on loopback
 // (BenchmarkQuorumAcquireRelease). A hand-off costs the waiter an
 // acquisition (two round trips) after the release, where one server grants
 // the key with the release.
