@@ -17,8 +17,9 @@ import (
 )
 
 // Locker acquires leases on named locks in one Redis deployment (standalone,
-// Sentinel or Cluster). It renews every lease it holds from one heartbeat
-// and waits for busy keys on one pub/sub subscription. A Locker is safe for
+// Sentinel or Cluster: New) or on a quorum of independent masters
+// (NewQuorum). It renews every lease it holds from one heartbeat and waits
+// for busy keys on one pub/sub subscription (per master on a quorum). A Locker is safe for
 // concurrent use; share one per process and Close it on shutdown.
 type Locker struct {
 	store store

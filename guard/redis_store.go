@@ -24,6 +24,9 @@ type redisStore struct {
 
 	replicas       int // WAIT for this many replicas after acquisitions and renewals; 0: don't
 	replicaTimeout time.Duration
+	// noGrants registers writers as named, never granted, waiters: a
+	// master of a quorum may not hand a key over on its own.
+	noGrants bool
 }
 
 func newRedisStore(client redis.UniversalClient, replicas int, replicaTimeout time.Duration) *redisStore {
@@ -169,7 +172,7 @@ func (s *redisStore) registration(a acquireArgs) string {
 	}
 	kind := "r"
 	switch {
-	case a.write && s.replicas == 0:
+	case a.write && s.replicas == 0 && !s.noGrants:
 		kind = "g"
 	case a.write:
 		kind = "w"

@@ -8,8 +8,8 @@ import (
 // store is where leases live. The Locker decides when to acquire, renew and
 // release, and what an answer means for the job; a store carries each
 // request to Redis and answers in typed values. redisStore is one Redis
-// deployment (standalone, Sentinel or Cluster); a quorum of independent
-// masters (Redlock) is meant to be a second store, not a second Locker.
+// deployment (standalone, Sentinel or Cluster); quorumStore is a quorum of
+// independent masters (Redlock), a redisStore each, not a second Locker.
 //
 // A store's requests may run past their ctx (go-redis does not interrupt a
 // blocked read); the Locker bounds them (see await). A store tells three
