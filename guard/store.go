@@ -109,6 +109,7 @@ type acquireArgs struct {
 	// The registration lasts registration.
 	waiter       string
 	registration time.Duration
+	identity     string // who takes the hold (WithIdentity), recorded with it
 }
 
 // acquireReply is acquire.lua's answer.
