@@ -1,10 +1,13 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -12,12 +15,32 @@ import (
 )
 
 // dial returns a client for the deployment that rawURL names (see the
-// package doc, Connecting), each request bounded by timeout. It connects
-// lazily: a bad address shows at the first request.
-func dial(rawURL string, timeout time.Duration) (redis.UniversalClient, error) {
+// package doc, Connecting), each request bounded by timeout; a TLS URL
+// trusts the certificates in the PEM file cacert, if given, instead of the
+// system's. It connects lazily: a bad address shows at the first request.
+func dial(rawURL string, timeout time.Duration, cacert string) (redis.UniversalClient, error) {
 	scheme, _, found := strings.Cut(rawURL, "://")
 	if !found {
 		return nil, fmt.Errorf("%q has no scheme (redis://, rediss://, unix://, redis-sentinel://, redis-cluster://)", redact(rawURL))
+	}
+	var roots *x509.CertPool
+	if cacert != "" {
+		if !strings.HasPrefix(scheme, "rediss") {
+			return nil, fmt.Errorf("--cacert needs a TLS URL (rediss://, rediss-sentinel://, rediss-cluster://), got %s://", scheme)
+		}
+		pem, err := os.ReadFile(cacert)
+		if err != nil {
+			return nil, fmt.Errorf("--cacert: %w", err)
+		}
+		roots = x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--cacert %s: no PEM certificate in it", cacert)
+		}
+	}
+	trust := func(c *tls.Config) {
+		if c != nil && roots != nil {
+			c.RootCAs = roots
+		}
 	}
 	switch scheme {
 	case "redis", "rediss", "unix":
@@ -27,6 +50,7 @@ func dial(rawURL string, timeout time.Duration) (redis.UniversalClient, error) {
 		}
 		bound(timeout, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
 		o.ContextTimeoutEnabled = true
+		trust(o.TLSConfig)
 		return redis.NewClient(o), nil
 	case "redis-sentinel", "rediss-sentinel":
 		o, err := sentinelOptions(rawURL)
@@ -35,6 +59,7 @@ func dial(rawURL string, timeout time.Duration) (redis.UniversalClient, error) {
 		}
 		bound(timeout, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
 		o.ContextTimeoutEnabled = true
+		trust(o.TLSConfig)
 		return redis.NewFailoverClient(o), nil
 	case "redis-cluster", "rediss-cluster":
 		o, err := clusterOptions(rawURL)
@@ -43,6 +68,7 @@ func dial(rawURL string, timeout time.Duration) (redis.UniversalClient, error) {
 		}
 		bound(timeout, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
 		o.ContextTimeoutEnabled = true
+		trust(o.TLSConfig)
 		return redis.NewClusterClient(o), nil
 	}
 	return nil, fmt.Errorf("unknown scheme %q in %q (redis://, rediss://, unix://, redis-sentinel://, redis-cluster://)", scheme, redact(rawURL))

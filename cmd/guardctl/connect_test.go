@@ -61,7 +61,7 @@ func TestDial(t *testing.T) {
 		{"redis-sentinel://localhost/m", "*redis.Client"},
 		{"redis-cluster://localhost:7000", "*redis.ClusterClient"},
 	} {
-		c, err := dial(tc.url, time.Second)
+		c, err := dial(tc.url, time.Second, "")
 		if err != nil {
 			t.Errorf("dial(%q): %v", tc.url, err)
 			continue
@@ -79,7 +79,7 @@ func TestDial(t *testing.T) {
 		_ = c.Close()
 	}
 	// The URL's own timeouts win; the others are --timeout's.
-	c, err := dial("redis://localhost:6390?read_timeout=7s", 3*time.Second)
+	c, err := dial("redis://localhost:6390?read_timeout=7s", 3*time.Second, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestDial(t *testing.T) {
 		"redis-sentinel://user:hunter2@a:1,b:2/m?nope=1",
 		"redis-sentinel://user:hunter2@a:1,b:2/m/x%zz",
 	} {
-		_, err := dial(bad, time.Second)
+		_, err := dial(bad, time.Second, "")
 		if err == nil || strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("dial(%q) = %v; want an error without the password", bad, err)
 		}

@@ -22,6 +22,7 @@
 //	--timeout D       bound on each request to Redis (default 5s)
 //	--interval D      watch: how often to read the lock (default 1s, 100ms to 1m)
 //	--force           release: required; without it release refuses
+//	--cacert FILE     trust the CA certificates in FILE (PEM) for a TLS URL
 //
 // # Connecting
 //
@@ -31,7 +32,10 @@
 //	redis-sentinel://[user:password@]host:port[,host:port...]/MASTER[/db][?...]
 //	redis-cluster://[user:password@]host:port[,host:port...][?...]
 //
-// rediss-sentinel:// and rediss-cluster:// use TLS. user and password
+// rediss-sentinel:// and rediss-cluster:// use TLS, trusting the system's
+// certificate authorities, or those in --cacert (rediss:// and
+// rediss-sentinel:// also take skip_verify=true, which turns verification
+// off). user and password
 // authenticate to the Redis servers that hold the locks; a Sentinel's own
 // credentials go in the options sentinel_username and sentinel_password. A
 // Sentinel host without a port has 26379. Options are go-redis's URL options
@@ -128,6 +132,7 @@ flags (before or after the command):
   --timeout D       bound on each request to Redis (default 5s)
   --interval D      watch: how often to read the lock (default 1s)
   --force           release: required
+  --cacert FILE     trust the CA certificates in FILE (PEM) for a TLS URL
 
 exit status: 0 found or released, 1 not found or refused, 2 usage or connection error
 `
@@ -140,6 +145,7 @@ type options struct {
 	timeout  time.Duration
 	interval time.Duration
 	force    bool
+	cacert   string
 }
 
 // flags defines the flags on fs with the values already in o as defaults,
@@ -151,6 +157,7 @@ func (o *options) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.timeout, "timeout", o.timeout, "bound on each request")
 	fs.DurationVar(&o.interval, "interval", o.interval, "watch: how often to read")
 	fs.BoolVar(&o.force, "force", o.force, "release: required")
+	fs.StringVar(&o.cacert, "cacert", o.cacert, "CA certificates (PEM) for a TLS URL")
 }
 
 func main() {
@@ -287,7 +294,7 @@ func (c *cli) check() (int, bool) {
 // release locks. The Locker never acquires: its TTL only leaves room for a
 // request timeout of --timeout.
 func (c *cli) connect() (closeAll func(), code int, ok bool) {
-	client, err := dial(c.opts.url, c.opts.timeout)
+	client, err := dial(c.opts.url, c.opts.timeout, c.opts.cacert)
 	if err != nil {
 		c.fail("bad Redis URL: %v; see 'guardctl help' for the forms --url and REDIS_URL take", err)
 		return nil, exitUsage, false
