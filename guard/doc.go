@@ -161,7 +161,7 @@ package guard
 //	heartbeat.go   when to renew, when to tell a job to stop (timing.go: the rules)
 //	renewal.go     sending renewals in pipelines per node, applying answers
 //	release.go     releasing a lease, retried safely
+//	inspect.go     seeing locks: Inspect, Scan, LockState; force_release.go: ForceRelease;
+//	               redis_inspect.go: their store calls (scripts/inspect.lua); identity.go
 //	notify.go      waking waiters on release notifications (subscribe.go: connections)
-//	inspect.go     Inspect, Scan, LockState; force_release.go: ForceRelease;
-//	               redis_inspect.go: their store calls (scripts/inspect.lua)
-//	lease.go, claim.go, claim_fenced.go, options.go, identity.go, errors.go, observe.go, runner.go: the rest
+//	lease.go, claim.go, claim_fenced.go, options.go, errors.go, observe.go, runner.go: the rest
