@@ -124,6 +124,7 @@ func (l *Locker) newAcquisition(parent context.Context, key string, write bool, 
 	a.args = acquireArgs{
 		owner: rand.Text(), // 26 base32 characters: 130 random bits
 		ttl:   t.ttl, write: write, minHold: lc.minHold, fenceTTL: lc.fenceTTL,
+		identity: l.cfg.identity,
 		// A waiting acquisition registers again at every attempt, and
 		// attempts at least once per TTL (see wait), so twice the TTL
 		// outlives the gap; one whose process crashed drops out of the

@@ -195,6 +195,19 @@
 // redis.NewFailoverClient) or a *redis.ClusterClient, and refuses other
 // client types (a *redis.Ring) with ErrInvalid.
 //
+// # Seeing locks
+//
+// Each hold records who took it (WithIdentity, default "hostname/pid").
+// Inspect reads a lock at one instant of the server's clock: each holder's
+// identity, mode, lease counts, time left and fencing token, holds kept for
+// MinHold, the waiting acquisitions and the fencing counter. Scan does the
+// same for every lock under the prefix, walking the keyspace with SCAN (every
+// master of a Cluster). ForceRelease is an operator's override: it deletes
+// every hold on a key and wakes its waiters; a holder learns it at its next
+// renewal, when its lease context is canceled with ErrLeaseLost, and the
+// fencing counter goes on, so the next token is higher. The guardctl command
+// (github.com/jobguard/jobguard/cmd/guardctl) is built on these.
+//
 // # Waiting
 //
 // A waiting acquisition sleeps until a release is published on the lock's
@@ -237,6 +250,8 @@ package guard
 //	heartbeat.go   when to renew, when to tell a job to stop (timing.go: the rules)
 //	renewal.go     sending renewals in pipelines per node, applying answers
 //	release.go     releasing a lease, retried safely
+//	inspect.go     seeing locks: Inspect, Scan, LockState; force_release.go: ForceRelease;
+//	               redis_inspect.go: their store calls (scripts/inspect.lua); identity.go
 //	notify.go      waking waiters on release notifications (subscribe.go: connections)
 //	quorum.go      the seam on N masters (NewQuorum): answers combined by majority;
 //	               quorum_acquire.go (votes, the token's write-back), quorum_feed.go

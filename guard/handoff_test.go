@@ -207,6 +207,9 @@ func TestGrantsFollowQueueOrder(t *testing.T) {
 		results[i] = acquireAsync(t.Context(), lockers[i%2], "order")
 		logs[i%2].waitAnswered(t, int64(2+i/2)) // its Locker's first waiter tries twice
 		waitQueued(t, c, "order", int64(i+1))
+		// Registrations are ordered by their expiry in server ms, ties by
+		// member: the next one must come in a later millisecond.
+		time.Sleep(2 * time.Millisecond)
 	}
 	mustRelease(t, holder)
 	last := holder.Token()

@@ -22,9 +22,11 @@ type config struct {
 	replicas       int
 	replicaTimeout time.Duration
 	closeTimeout   time.Duration
+	identity       string // recorded with each hold: see WithIdentity
 
 	// set records which durations were given, so the others default relative to the TTL.
 	intervalSet, graceSet, timeoutSet, closeSet bool
+	identitySet                                 bool
 }
 
 // WithTTL sets the lease TTL: how long a hold survives in Redis without a
@@ -103,6 +105,9 @@ func newConfig(opts []Option) (config, error) {
 		return c, fmt.Errorf("%w: TTL %v must be positive", ErrInvalid, c.ttl)
 	}
 	c.defaultDurations()
+	if err := c.resolveIdentity(); err != nil {
+		return c, err
+	}
 	return c, c.validate()
 }
 

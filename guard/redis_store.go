@@ -50,7 +50,7 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 	}
 	call := scriptCall{
 		keys: []string{k.lock, k.fence, k.waiters, k.channel},
-		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), s.registration(a), ms(a.registration), s.publish, ms(a.fenceTTL)},
+		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), s.registration(a), ms(a.registration), s.publish, ms(a.fenceTTL), a.identity},
 	}
 	cmds, unacked, err := s.runScript(ctx, &s.scripts.acquire, k.lock, []scriptCall{call}, true)
 	if err != nil {
@@ -163,7 +163,8 @@ func (s *redisStore) withdraw(ctx context.Context, k keys, a acquireArgs) (bool,
 }
 
 // registration is what an acquisition that waits adds to the lock's queue
-// (acquire.lua documents the format); "" for one that will not wait. A
+// (acquire.lua documents the format; the identity comes last, so its spaces
+// are its own); "" for one that will not wait. A
 // writer takes the key from a release (a grant) unless acquisitions must
 // wait for replicas: the release does not wait for them.
 func (s *redisStore) registration(a acquireArgs) string {
@@ -177,8 +178,12 @@ func (s *redisStore) registration(a acquireArgs) string {
 	case a.write:
 		kind = "w"
 	}
-	return a.waiter + " " + a.owner + " " + kind + " " + strconv.FormatInt(ms(a.ttl), 10) + " " +
+	r := a.waiter + " " + a.owner + " " + kind + " " + strconv.FormatInt(ms(a.ttl), 10) + " " +
 		strconv.FormatInt(ms(a.minHold), 10) + " " + strconv.FormatInt(ms(a.fenceTTL), 10)
+	if a.identity != "" {
+		r += " " + a.identity // last: it may hold spaces
+	}
+	return r
 }
 
 // close releases nothing: the client belongs to the caller of New.

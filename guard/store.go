@@ -54,8 +54,31 @@ type store interface {
 	// stored if and only if that is token.
 	claimFenced(ctx context.Context, fence, key string, token int64, value []byte, ttl time.Duration) (int64, error)
 
+	// inspect reads one lock's holders, waiting acquisitions and fencing
+	// counter at one instant (inspect.lua); a free key answers an empty
+	// state. It changes nothing.
+	inspect(ctx context.Context, k keys) (LockState, error)
+	// forceRelease deletes every hold on a lock and wakes its waiters,
+	// leaving its fencing counter (inspect.lua); it answers the state it
+	// ended.
+	forceRelease(ctx context.Context, k keys) (LockState, error)
+	// scanLocks returns a page of the names of locks under prefix whose
+	// names match the glob match, walking every server that holds locks
+	// with SCAN, a bounded page per call, from cursor c (the zero cursor
+	// starts a walk) to the cursor of the next page; more is false when
+	// the walk is complete. A name may come more than once.
+	scanLocks(ctx context.Context, prefix, match string, c scanCursor) (names []string, next scanCursor, more bool, err error)
+
 	// close stops what the store runs; Locker.Close calls it last.
 	close() error
+}
+
+// scanCursor is where a walk over the locks (store.scanLocks) goes on: a
+// server, named as the store chooses ("" for the first), and the SCAN
+// cursor on it.
+type scanCursor struct {
+	node string
+	pos  uint64
 }
 
 // noReplyError is the failure of a request whose reply never came: it may
@@ -109,6 +132,7 @@ type acquireArgs struct {
 	// The registration lasts registration.
 	waiter       string
 	registration time.Duration
+	identity     string // who takes the hold (WithIdentity), recorded with it
 }
 
 // acquireReply is acquire.lua's answer.

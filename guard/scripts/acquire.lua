@@ -4,9 +4,11 @@
 -- ARGV[1] owner id, ARGV[2] TTL ms, ARGV[3] 'w' or 'r', ARGV[4] MinHold ms,
 -- ARGV[5] the acquisition's registration, to add when busy ('' for a caller
 -- that will not wait): '<Locker id> <owner> <kind> <TTL ms> <MinHold ms>
--- <FenceTTL ms>', kind 'g' for a writer that takes a grant (set_counts.lua),
--- 'w' for one that does not, 'r' for a reader; ARGV[6] registration ms,
--- ARGV[7] 'PUBLISH' or 'SPUBLISH', ARGV[8] FenceTTL ms (see mint)
+-- <FenceTTL ms>[ <identity>]', kind 'g' for a writer that takes a grant (set_counts.lua),
+-- 'w' for one that does not, 'r' for a reader; the identity comes last, as
+-- it may hold spaces; ARGV[6] registration ms,
+-- ARGV[7] 'PUBLISH' or 'SPUBLISH', ARGV[8] FenceTTL ms (see mint),
+-- ARGV[9] the holder's identity, recorded with a fresh hold as <owner>:i
 -- Returns {1, token} when acquired, {0, ms until the latest holder expires,
 -- the newest token minted so far (0 when none)} when busy: a grant with a
 -- token not above it was made before this attempt, and is gone.
@@ -16,6 +18,7 @@
 -- When other acquisitions wait for the key, publishes 'taken' for a write
 -- hold and 'read' for a read hold (their readers may join it).
 local key, owner, mode, member = KEYS[1], ARGV[1], ARGV[3], ARGV[5]
+local identity = ARGV[9] or ''
 local t = redis.call('TIME')
 local now = ms_of(t)
 local owners, latest, writer, lone = 0, 0, false, false
@@ -49,14 +52,14 @@ if not token then return err end
 if owners == 0 and ARGV[4] == '0' then
   -- The common case: a free key, no MinHold.
   if mode == 'w' then
-    redis.call('HSET', key, owner .. ':t', token, 'writer', owner, owner, '1')
+    redis.call('HSET', key, owner .. ':t', token, 'writer', owner, owner, '1', owner .. ':i', identity)
   else
-    redis.call('HSET', key, owner .. ':t', token, owner .. ':r', '1')
+    redis.call('HSET', key, owner .. ':t', token, owner .. ':r', '1', owner .. ':i', identity)
   end
   redis.call('PEXPIRE', key, ARGV[2])
 else
   local ttl = tonumber(ARGV[2])
-  local fields = {owner .. ':t', token}
+  local fields = {owner .. ':t', token, owner .. ':i', identity}
   if mode == 'w' then
     table.insert(fields, 'writer'); table.insert(fields, owner)
     table.insert(fields, owner); table.insert(fields, '1')

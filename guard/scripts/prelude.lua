@@ -8,6 +8,7 @@
 --   <owner>:x   expiry of <owner>'s hold, server time in ms; absent when
 --               <owner> is the only owner, whose hold then ends with the key
 --   <owner>:m   MinHold: keep the hold until this server time (ms), even after release
+--   <owner>:i   who holds it (WithIdentity): set with the hold's token, dropped with it
 -- The key's own PEXPIRE is always >= the latest <owner>:x, so a crashed fleet
 -- leaves nothing behind; the per-owner expiry lets one crashed reader free its
 -- share without waiting for the others. A lone owner needs none: the key's
@@ -50,7 +51,7 @@ local function int(n)
 end
 
 local function drop_owner(key, o)
-  redis.call('HDEL', key, o, o .. ':r', o .. ':x', o .. ':t', o .. ':m')
+  redis.call('HDEL', key, o, o .. ':r', o .. ':x', o .. ':t', o .. ':m', o .. ':i')
 end
 
 -- sweep removes owners whose expiry has passed on the server's clock and

@@ -38,16 +38,17 @@ end
 -- grant takes the free key for registration r, whose expiry is at, and
 -- reports whether it did.
 local function grant(r, at)
-  local locker, o, kind, ttl, min_hold, fence_ttl = string.match(r, '^(%S+) (%S+) (%a) (%d+) (%d+) (%d+)$')
+  local locker, o, kind, ttl, min_hold, fence_ttl, rest = string.match(r, '^(%S+) (%S+) (%a) (%d+) (%d+) (%d+)(.*)$')
   if kind ~= 'g' then return false end
+  local identity = string.sub(rest, 2) -- after its space; '' when none
   local left = math.min(tonumber(ttl), at - clock())
   -- A counter of another type is reported to the waiter by its own attempt.
   local token = mint(KEYS[5], t, fence_ttl, ttl)
   if not token then return false end
   if min_hold == '0' then
-    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1')
+    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity)
   else
-    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':m', now + tonumber(min_hold))
+    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity, o .. ':m', now + tonumber(min_hold))
   end
   redis.call('PEXPIRE', key, left)
   redis.call('ZREM', KEYS[3], r)
@@ -114,9 +115,9 @@ if not x then
 end
 -- Redis deletes the hash with its last field.
 if writer == owner then
-  redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m', 'writer')
+  redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m', owner .. ':i', 'writer')
 else
-  redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m')
+  redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m', owner .. ':i')
 end
 if redis.call('EXISTS', key) == 0 then
   notify('free')
