@@ -572,7 +572,9 @@ func TestClusterFailoverAndBackReconnects(t *testing.T) {
 // replication link closed on the master's side, so that nothing written
 // afterwards is on the wire to it. It returns a func that resumes them; a
 // resumed replica finds its link dead and reconnects to master, or, once
-// master is killed, takes part in the failover with what it had.
+// master is killed, takes part in the failover with what it had. Use each
+// client once before: a ClusterClient that loads its slot map from the
+// stopped replica waits for its read timeout.
 func loseReplication(t *testing.T, master *redistest.Server, replicas ...*redistest.Server) (resume func()) {
 	t.Helper()
 	for _, r := range replicas {
@@ -616,6 +618,9 @@ func TestClusterFailoverForgetsUnreplicatedHold(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 
+	// Warm up: the holder's client loads the slot map and the guard
+	// library while every node answers.
+	mustRelease(t, mustAcquire(t, ctx, holder, name))
 	resume := loseReplication(t, m, replica)
 	called := tl.mark("holder acquires %s, its replica stopped and unlinked", name)
 	le := mustAcquire(t, ctx, holder, name)

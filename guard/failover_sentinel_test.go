@@ -93,6 +93,7 @@ func TestSentinelFailoverForgetsUnreplicatedHold(t *testing.T) {
 	defer cancel()
 	old := s.Master(t)
 
+	mustRelease(t, mustAcquire(t, ctx, holder, "report")) // warm up, as on Cluster
 	resume := loseReplication(t, old, s.Nodes()[1])
 	called := tl.mark("holder acquires, the replica stopped and unlinked")
 	le := mustAcquire(t, ctx, holder, "report")
