@@ -60,10 +60,12 @@ func StartCluster(t testing.TB, args ...string) *Cluster {
 // served, and every replica is linked to its master and caught up (see
 // WaitHealthy); it fails the test after 10s. The nodes run with
 //
-//	--cluster-node-timeout 1000 --cluster-require-full-coverage no
+//	--cluster-node-timeout 2000 --cluster-require-full-coverage no
 //	--cluster-replica-validity-factor 0 --cluster-allow-replica-migration no <args>
 //
-// so that a killed master's replica takes over within a few seconds, the
+// so that a killed master's replica takes over within a few seconds (a
+// shorter node timeout risks a needless failover when a loaded machine
+// delays a node's answers for a second), the
 // other masters keep serving meanwhile, a replica may always take over
 // however long its link was down, and no replica moves to another master.
 // A master paused for longer than the node timeout is failed over too.
@@ -71,7 +73,7 @@ func StartCluster(t testing.TB, args ...string) *Cluster {
 func StartReplicatedCluster(t testing.TB, args ...string) *Cluster {
 	t.Helper()
 	return startCluster(t, 1, append([]string{
-		"--cluster-node-timeout", "1000",
+		"--cluster-node-timeout", "2000",
 		"--cluster-require-full-coverage", "no",
 		"--cluster-replica-validity-factor", "0",
 		"--cluster-allow-replica-migration", "no",

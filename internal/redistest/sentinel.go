@@ -16,11 +16,13 @@ import (
 // SentinelMaster is the name under which a Sentinel set monitors its master.
 const SentinelMaster = "jobguard"
 
-// Sentinel timing: a master that does not answer for a second is down for
-// each Sentinel, and a failover that stalls is given up and tried again
-// after twice the failover timeout.
+// Sentinel timing: a master that does not answer for two seconds is down
+// for each Sentinel, and a failover that stalls is given up and tried
+// again after twice the failover timeout. With one second, a Sentinel on
+// a loaded 2-core machine once judged a just-promoted master down and
+// failed over a second time.
 const (
-	sentinelDownAfter       = 1000 // ms
+	sentinelDownAfter       = 2000 // ms
 	sentinelFailoverTimeout = 3000 // ms
 	sentinels               = 3
 	sentinelQuorum          = 2
@@ -40,7 +42,7 @@ type Sentinel struct {
 // does) and three Sentinels (redis-server CONF --sentinel, from the same
 // binary, each with its config file in its own t.TempDir(), since a
 // Sentinel rewrites it), all on free loopback ports. The Sentinels monitor
-// the master with quorum 2, down-after-milliseconds 1000 and
+// the master with quorum 2, down-after-milliseconds 2000 and
 // failover-timeout 3000, so that a killed master's best replica is
 // promoted within a few seconds. StartSentinel waits until every Sentinel
 // knows the master, every replica and the other two Sentinels, and the
@@ -219,11 +221,13 @@ func (s *Sentinel) agreedMaster(ctx context.Context) (*Server, string) {
 	return nil, fmt.Sprintf("sentinels report master %s, not a node of the set", agreed)
 }
 
-// WaitFailover waits until the Sentinels have replaced old as the master:
-// every running Sentinel reports the same other node, which runs and
-// reports the master role. It returns that node, and fails the test, with
-// every log's tail, if that takes longer than 20s. Replicas may still be
-// resyncing with the new master when it returns; WaitSynced waits for them.
+// WaitFailover waits until the Sentinels have replaced old as the master
+// and the failover has ended: every running Sentinel reports the same
+// other node, with no failover in progress and the master not judged down
+// (flags "master" alone), and that node runs and reports the master role.
+// It returns that node, and fails the test, with every log's tail, if that
+// takes longer than 20s. Replicas may still be resyncing with the new
+// master when it returns; WaitSynced waits for them.
 func (s *Sentinel) WaitFailover(t testing.TB, old *Server) *Server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), failoverTimeout)
@@ -239,6 +243,9 @@ func (s *Sentinel) WaitFailover(t testing.TB, old *Server) *Server {
 		case !m.Running():
 			return "sentinels report " + m.Addr() + ", which is not running"
 		}
+		if why := s.masterFlags(ctx); why != "" {
+			return why
+		}
 		if role := roleOf(ctx, m); role != "master" {
 			return fmt.Sprintf("sentinels report %s, which reports role %q", m.Addr(), role)
 		}
@@ -249,6 +256,29 @@ func (s *Sentinel) WaitFailover(t testing.TB, old *Server) *Server {
 		t.Fatalf("redistest: failover from %s: %v\n%s", old.Addr(), err, s.logTails())
 	}
 	return promoted
+}
+
+// masterFlags returns which running Sentinel still has a failover in
+// progress or judges the master down, or "".
+func (s *Sentinel) masterFlags(ctx context.Context) string {
+	for _, sn := range s.sentinels {
+		if !sn.Running() {
+			continue
+		}
+		var flags string
+		err := withSentinelClient(sn, func(sc *redis.SentinelClient) error {
+			m, err := sc.Master(ctx, SentinelMaster).Result()
+			flags = m["flags"]
+			return err
+		})
+		switch {
+		case err != nil:
+			return fmt.Sprintf("sentinel %s: %v", sn.Addr(), err)
+		case flags != "master":
+			return fmt.Sprintf("sentinel %s: master flags %s", sn.Addr(), flags)
+		}
+	}
+	return ""
 }
 
 // WaitSynced waits until every running replica is linked to its master and

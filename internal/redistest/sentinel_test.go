@@ -65,17 +65,21 @@ func TestSentinelFailover(t *testing.T) {
 	ctx20, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	if err := poll(ctx20, func() string {
-		if master, ok := replicaOf(ctx20, old); !ok || master != promoted.Addr() {
-			return "old master not a replica of " + promoted.Addr() + " yet"
+		m, why := s.agreedMaster(ctx20)
+		if why != "" {
+			return why
+		}
+		if master, ok := replicaOf(ctx20, old); !ok || master != m.Addr() {
+			return "old master not a replica of " + m.Addr() + " yet"
 		}
 		return ""
 	}); err != nil {
 		t.Fatal(err)
 	}
 	s.WaitSynced(t)
-	t.Logf("restarted old master replicates the new one %v after its restart", time.Since(restarted).Round(time.Millisecond))
+	t.Logf("restarted old master replicates the master %v after its restart", time.Since(restarted).Round(time.Millisecond))
 	if m := s.Master(t); m != promoted {
-		t.Fatalf("Master = %s after the restart, want %s", m.Addr(), promoted.Addr())
+		t.Errorf("Master = %s after the restart, want %s: another failover happened", m.Addr(), promoted.Addr())
 	}
 }
 
