@@ -364,7 +364,7 @@ func renewedAfter(ctx context.Context, tl *timeline, who string, since time.Time
 // the lease is held nor waits for its fallback timer once it is released:
 // its subscription followed the slot to the promoted replica.
 func TestClusterFailoverKeepsLeaseAndWakesWaiter(t *testing.T) {
-	const ttl = 12 * time.Second // renewed every 4s; survives a failover of a few seconds
+	const ttl = 15 * time.Second // renewed every 5s: a lease lives 8s or more past the SIGKILL
 	c := redistest.StartReplicatedCluster(t)
 	tl := newTimeline(t)
 	holder := clusterLocker(t, c, followSlots, guard.WithTTL(ttl), guard.WithObserver(tl.observer("holder")))
@@ -407,7 +407,7 @@ func TestClusterFailoverKeepsLeaseAndWakesWaiter(t *testing.T) {
 			t.Fatalf("waiter: %v", a.err)
 		}
 		defer mustRelease(t, a.le)
-		// Its fallback timer is the holder's remaining TTL, 8s or more.
+		// Its fallback timer is the holder's remaining TTL, over 5s.
 		if d := a.at.Sub(released); d > 4*time.Second {
 			t.Errorf("waiter took %s %v after the release: woken by its fallback timer, not the notification", name, d)
 		}
@@ -514,7 +514,7 @@ func TestClusterManualFailoverRenewsThroughMoved(t *testing.T) {
 // connections to the old master died with it reconnects, is refused the
 // key while the lease is held, and takes it once it is released.
 func TestClusterFailoverAndBackReconnects(t *testing.T) {
-	const ttl = 12 * time.Second
+	const ttl = 15 * time.Second // a lease lives 8s or more past the SIGKILL
 	c := redistest.StartReplicatedCluster(t)
 	tl := newTimeline(t)
 	holder := clusterLocker(t, c, followSlots, guard.WithTTL(ttl), guard.WithObserver(tl.observer("holder")))

@@ -37,7 +37,7 @@ func sentinelLocker(t *testing.T, s *redistest.Sentinel, opts ...guard.Option) *
 // go on there and its lease is kept; a rival that waited since before the
 // failover gets the key only once it is released, with a higher token.
 func TestSentinelFailoverKeepsReplicatedHold(t *testing.T) {
-	const ttl = 12 * time.Second
+	const ttl = 15 * time.Second // a lease lives 8s or more past the SIGKILL
 	s := redistest.StartSentinel(t, 1)
 	tl := newTimeline(t)
 	holder := sentinelLocker(t, s, guard.WithTTL(ttl), guard.WithObserver(tl.observer("holder")))
@@ -189,7 +189,7 @@ func TestSentinelReplicaAckWithOneReplica(t *testing.T) {
 // renewals: the lease is kept through the failover, a rival waits, and
 // gets the key, acknowledged, with a higher token once it is released.
 func TestSentinelReplicaAckWithTwoReplicas(t *testing.T) {
-	const ttl = 12 * time.Second
+	const ttl = 15 * time.Second // a lease lives 8s or more past the SIGKILL
 	ack := guard.WithReplicaAck(1, 500*time.Millisecond)
 	s := redistest.StartSentinel(t, 2)
 	tl := newTimeline(t)
