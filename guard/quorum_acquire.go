@@ -231,7 +231,7 @@ func (r *acquireRound) written(ctx context.Context, granted map[int]int64, agree
 // (write_fence.lua), minted being the token n returned to this attempt (0
 // if none); by hash: the script is not part of the function library.
 func writeFence(ctx context.Context, n *redisStore, sc *redis.Script, k keys, token, minted int64, a acquireArgs) error {
-	err := sc.Run(ctx, n.client, []string{k.fence}, strconv.FormatInt(token, 10), ms(a.fenceTTL), ms(a.ttl), strconv.FormatInt(minted, 10)).Err()
+	err := sc.Run(ctx, n.client, []string{k.fence, k.lock}, strconv.FormatInt(token, 10), ms(a.fenceTTL), ms(a.ttl), strconv.FormatInt(minted, 10), a.owner).Err()
 	return classify(err)
 }
 
