@@ -97,6 +97,17 @@
 // fencing tokens where a second owner would do harm: they stay monotonic
 // across such a failover (see Fencing).
 //
+// A hold that the promoted replica has is kept: the holder's renewals go
+// on against it, and others wait. A hold it lacks lets another owner in
+// at once, while the first holder learns of it only at its next renewal
+// (up to a renew interval later) or its stop time, whichever comes first:
+// for that while two owners are live, and only fencing protects the data.
+// On Cluster, where WithReplicaAck is not available, nothing narrows that
+// window. With WithReplicaAck(n, …), a failover that leaves fewer than n
+// replicas makes every renewal fail, so the holder is told to stop at its
+// stop time, and no acquisition succeeds (ErrNotReplicated) until enough
+// replicas are back.
+//
 // # Redlock
 //
 // NewQuorum holds leases on N independent masters (N odd, at least 3, with

@@ -54,12 +54,12 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 	}
 	cmds, unacked, err := s.runScript(ctx, &s.scripts.acquire, k.lock, []scriptCall{call}, true)
 	if err != nil {
-		return acquireReply{}, classify(err)
+		return acquireReply{}, s.classify(err)
 	}
 	vals, err := cmds[0].Int64Slice()
 	switch {
 	case err != nil:
-		return acquireReply{}, classify(err)
+		return acquireReply{}, s.classify(err)
 	case len(vals) < 2:
 		return acquireReply{}, fmt.Errorf("guard: unexpected acquire reply %v", vals)
 	case vals[0] != 1:
@@ -81,10 +81,10 @@ func (s *redisStore) setCounts(ctx context.Context, k keys, a countArgs) (outcom
 	}
 	cmds, _, err := s.runScript(ctx, &s.scripts.setCounts, k.lock, []scriptCall{call}, false)
 	if err != nil {
-		return 0, classify(err)
+		return 0, s.classify(err)
 	}
 	res, err := cmds[0].Int64()
-	return outcome(res), classify(err)
+	return outcome(res), s.classify(err)
 }
 
 func (s *redisStore) renew(ctx context.Context, batch []renewArgs) ([]renewReply, error) {
@@ -94,12 +94,12 @@ func (s *redisStore) renew(ctx context.Context, batch []renewArgs) ([]renewReply
 	}
 	cmds, unacked, err := s.runScript(ctx, &s.scripts.renew, batch[0].lock, calls, true)
 	if err != nil {
-		return nil, classify(err)
+		return nil, s.classify(err)
 	}
 	out := make([]renewReply, len(batch))
 	for i, c := range cmds {
 		res, err := c.Int64()
-		err = classify(err)
+		err = s.classify(err)
 		if err == nil && unacked != nil {
 			err = unacked // renewed on the master only: a failover could forget it
 		}
@@ -120,6 +120,23 @@ func (s *redisStore) renewalGroup(ctx context.Context, key string) string {
 		return ""
 	}
 	return node.Options().Addr
+}
+
+// classify is the package's classify, and on Cluster, when a request got
+// no reply, it also has the client reload its slot map. go-redis reloads
+// it on a MOVED reply, but not when a master stops answering: without
+// this, after a master is SIGKILLed and its replica promoted, every
+// request for its slots goes on dialing the dead address until the map is
+// ClusterStateReloadInterval old (60s by default since go-redis 9.22),
+// and the leases the promoted replica still has are lost at their stop
+// time. The reload is lazy and go-redis runs at most one at a time.
+func (s *redisStore) classify(err error) error {
+	err = classify(err)
+	var noReply *noReplyError
+	if s.cluster != nil && errors.As(err, &noReply) {
+		s.cluster.ReloadState(context.Background())
+	}
+	return err
 }
 
 // classify puts a go-redis error in the store's terms: a WRONGTYPE reply
@@ -159,7 +176,7 @@ func (s *redisStore) openFeed(ctx context.Context, channel string) (feed, bool) 
 
 func (s *redisStore) withdraw(ctx context.Context, k keys, a acquireArgs) (bool, error) {
 	n, err := s.client.ZRem(ctx, k.waiters, s.registration(a)).Result()
-	return n == 1, classify(err)
+	return n == 1, s.classify(err)
 }
 
 // registration is what an acquisition that waits adds to the lock's queue
@@ -191,7 +208,7 @@ func (s *redisStore) close() error { return nil }
 
 func (s *redisStore) claim(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
 	stored, err := s.client.SetNX(ctx, key, value, ttl).Result()
-	return stored, classify(err)
+	return stored, s.classify(err)
 }
 
 func (s *redisStore) claimed(ctx context.Context, key string) ([]byte, bool, error) {
@@ -199,7 +216,7 @@ func (s *redisStore) claimed(ctx context.Context, key string) ([]byte, bool, err
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}
-	return value, err == nil, classify(err)
+	return value, err == nil, s.classify(err)
 }
 
 // hashSlot returns the Cluster hash slot of key: CRC16 (XMODEM) of its hash
@@ -274,8 +291,8 @@ func (s *redisStore) claimFenced(ctx context.Context, fence, key string, token i
 	call := scriptCall{keys: []string{fence, key}, args: []any{token, value, ms(ttl)}}
 	cmds, _, err := s.runScript(ctx, &s.scripts.claimFenced, key, []scriptCall{call}, false)
 	if err != nil {
-		return 0, classify(err)
+		return 0, s.classify(err)
 	}
 	counter, err := cmds[0].Int64()
-	return counter, classify(err)
+	return counter, s.classify(err)
 }
