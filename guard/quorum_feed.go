@@ -16,6 +16,9 @@ import (
 
 func (s *quorumStore) feedSlot(string) int { return noSlot }
 
+// refresh does nothing: the masters of a quorum are standalone.
+func (s *quorumStore) refresh(context.Context) {}
+
 func (s *quorumStore) openFeed(ctx context.Context, channel string) (feed, bool) {
 	f := &quorumFeed{feeds: make([]feed, len(s.nodes)), confirmedBy: make(map[string][]bool)}
 	for i, n := range s.nodes {
@@ -89,7 +92,7 @@ func (f *quorumFeed) unsubscribe(ctx context.Context, channel string) error {
 
 // read reads every master's connection until close, passing on each
 // message and the confirmations that matter (see confirmedBy).
-func (f *quorumFeed) read(confirmed func(channel string), message func(channel, payload string)) {
+func (f *quorumFeed) read(confirmed, dropped func(channel string), message func(channel, payload string)) {
 	var wg sync.WaitGroup
 	for i, sub := range f.feeds {
 		wg.Go(func() {
@@ -97,7 +100,7 @@ func (f *quorumFeed) read(confirmed func(channel string), message func(channel, 
 				if f.confirm(i, channel) {
 					confirmed(channel)
 				}
-			}, message)
+			}, dropped, message)
 		})
 	}
 	wg.Wait()

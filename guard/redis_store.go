@@ -174,6 +174,15 @@ func (s *redisStore) openFeed(ctx context.Context, channel string) (feed, bool) 
 	return &redisFeed{ps: ps, msgs: ps.ChannelWithSubscriptions()}, false
 }
 
+func (s *redisStore) refresh(ctx context.Context) {
+	if s.cluster == nil {
+		return
+	}
+	// ForEachMaster reloads the slot map before it runs, and waits for it;
+	// ReloadState would only ask for a reload later.
+	_ = s.cluster.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })
+}
+
 func (s *redisStore) withdraw(ctx context.Context, k keys, a acquireArgs) (bool, error) {
 	n, err := s.client.ZRem(ctx, k.waiters, s.registration(a)).Result()
 	return n == 1, s.classify(err)
@@ -263,12 +272,18 @@ func (f *redisFeed) unsubscribe(ctx context.Context, channel string) error {
 	return f.ps.Unsubscribe(ctx, channel)
 }
 
-func (f *redisFeed) read(confirmed func(string), message func(channel, payload string)) {
+func (f *redisFeed) read(confirmed, dropped func(string), message func(channel, payload string)) {
 	for m := range f.msgs {
 		switch m := m.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
 				confirmed(m.Channel)
+			case "sunsubscribe":
+				// Also sent by Redis on its own when the channel's slot
+				// leaves the node (a failover, a resharding); go-redis
+				// keeps the connection, so nothing would come any more.
+				dropped(m.Channel)
 			}
 		case *redis.Message:
 			message(m.Channel, m.Payload)

@@ -39,6 +39,10 @@ type store interface {
 	// openFeed opens a subscription connection for channel's slot;
 	// subscribed reports that it subscribed channel already.
 	openFeed(ctx context.Context, channel string) (f feed, subscribed bool)
+	// refresh has the client learn where channels and keys live now, before
+	// a subscription connection is replaced: on Cluster, it reloads the
+	// slot map. Nothing elsewhere.
+	refresh(ctx context.Context)
 	// withdraw takes an acquisition that stops waiting out of the lock's
 	// queue. removed is false when its registration was gone: a release may
 	// have granted it the key, which the caller must then drop.
@@ -94,7 +98,10 @@ type feed interface {
 	unsubscribe(ctx context.Context, channel string) error
 	// read calls confirmed for each subscription the server confirms (again
 	// after a reconnect) and message for each notification, until close.
-	read(confirmed func(channel string), message func(channel, payload string))
+	//
+	// dropped is called for each unsubscription of a sharded channel that
+	// the server confirms or makes on its own (a Cluster slot moved away).
+	read(confirmed, dropped func(channel string), message func(channel, payload string))
 	close() error
 }
 
