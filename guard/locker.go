@@ -96,7 +96,7 @@ func isNil(c redis.UniversalClient) bool {
 // default until ctx is done) and fails with ErrNotAcquired. The caller must
 // Release the lease.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lease, error) {
-	lc, err := newLockConfig(l.cfg.ttl, key, opts)
+	lc, err := newLockConfig(l.cfg.ttl, key, true, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +107,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 // writer, hold a key at a time. A context holding a write lease on key takes
 // a read lease at once (a downgrade). Otherwise as Acquire.
 func (l *Locker) AcquireRead(ctx context.Context, key string, opts ...LockOption) (*Lease, error) {
-	lc, err := newLockConfig(l.cfg.ttl, key, opts)
+	lc, err := newLockConfig(l.cfg.ttl, key, false, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +138,7 @@ func (l *Locker) withLock(ctx context.Context, key string, write bool, fn func(c
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalid)
 	}
-	lc, err := newLockConfig(l.cfg.ttl, key, opts)
+	lc, err := newLockConfig(l.cfg.ttl, key, write, opts)
 	if err != nil {
 		return err
 	}
@@ -189,11 +189,11 @@ func (l *Locker) endRun(ctx context.Context, le *Lease, err error, info *observe
 
 // ValidateLockOptions reports whether opts are valid for this Locker: the
 // checks Acquire makes, including whether a TTL option leaves room for its
-// renewal schedule. Adapters call it when they are built, so that a bad
+// renewal schedule, for a write lease. Adapters call it when they are built, so that a bad
 // option fails at wiring time rather than on every run. The error matches
 // ErrInvalid.
 func (l *Locker) ValidateLockOptions(opts ...LockOption) error {
-	lc, err := newLockConfig(l.cfg.ttl, "", opts)
+	lc, err := newLockConfig(l.cfg.ttl, "", true, opts)
 	if err != nil {
 		return err
 	}

@@ -47,7 +47,7 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 	}
 	call := scriptCall{
 		keys: []string{k.lock, k.fence, k.waiters, k.channel},
-		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), s.registration(a), ms(a.registration), s.publish, ms(a.fenceTTL)},
+		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), s.registration(a), ms(a.registration), s.publish, ms(a.fenceTTL), a.permits},
 	}
 	cmds, unacked, err := s.runScript(ctx, &s.scripts.acquire, k.lock, []scriptCall{call}, true)
 	if err != nil {
@@ -59,6 +59,8 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 		return acquireReply{}, classify(err)
 	case len(vals) != 2:
 		return acquireReply{}, fmt.Errorf("guard: unexpected acquire reply %v", vals)
+	case vals[0] == -1:
+		return acquireReply{}, fmt.Errorf("%w: its holders hold %d, this acquisition asks for %d", ErrPermitsDiffer, vals[1], a.permits)
 	case vals[0] != 1:
 		return acquireReply{heldFor: time.Duration(vals[1]) * time.Millisecond}, nil
 	}
@@ -158,7 +160,8 @@ func (s *redisStore) withdraw(ctx context.Context, k keys, a acquireArgs) (bool,
 // registration is what an acquisition that waits adds to the lock's queue
 // (acquire.lua documents the format); "" for one that will not wait. A
 // writer takes the key from a release (a grant) unless acquisitions must
-// wait for replicas: the release does not wait for them.
+// wait for replicas: the release does not wait for them. A permit's
+// registration ends with its number of permits.
 func (s *redisStore) registration(a acquireArgs) string {
 	if a.waiter == "" {
 		return ""
@@ -170,8 +173,12 @@ func (s *redisStore) registration(a acquireArgs) string {
 	case a.write:
 		kind = "w"
 	}
-	return a.waiter + " " + a.owner + " " + kind + " " + strconv.FormatInt(ms(a.ttl), 10) + " " +
+	r := a.waiter + " " + a.owner + " " + kind + " " + strconv.FormatInt(ms(a.ttl), 10) + " " +
 		strconv.FormatInt(ms(a.minHold), 10) + " " + strconv.FormatInt(ms(a.fenceTTL), 10)
+	if a.permits > 1 {
+		r += " " + strconv.Itoa(a.permits)
+	}
+	return r
 }
 
 // close releases nothing: the client belongs to the caller of New.

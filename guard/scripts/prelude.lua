@@ -8,10 +8,17 @@
 --   <owner>:x   expiry of <owner>'s hold, server time in ms; absent when
 --               <owner> is the only owner, whose hold then ends with the key
 --   <owner>:m   MinHold: keep the hold until this server time (ms), even after release
+--   permits     n, for a key whose holds are permits (Permits(n), n > 1): up to
+--               n owners hold one each, each with a write count and no
+--               'writer'; absent for a plain lock (n = 1)
 -- The key's own PEXPIRE is always >= the latest <owner>:x, so a crashed fleet
 -- leaves nothing behind; the per-owner expiry lets one crashed reader free its
 -- share without waiting for the others. A lone owner needs none: the key's
 -- expiry is its own, which spares the common case a clock read and a field.
+-- Permit holders are kept as readers are: each owner its own expiry once a
+-- second one joins, so a crashed holder's permit frees within its TTL.
+-- Owner ids are upper-case base32, so they never collide with 'writer' or
+-- 'permits'.
 --
 -- Numbers handed to redis.call are formatted by the server (with a printf
 -- per number), so values that arrive as strings in ARGV are passed on as
@@ -54,8 +61,9 @@ local function drop_owner(key, o)
 end
 
 -- sweep removes owners whose expiry has passed on the server's clock and
--- returns the number of live owners, the latest expiry, the writer, and
--- the owner whose expiry is the key's (a lone owner; false when none).
+-- returns the number of live owners, the latest expiry, the writer, the
+-- owner whose expiry is the key's (a lone owner; false when none), and the
+-- earliest expiry (when the first permit could free).
 local function sweep(key, now)
   local h = redis.call('HGETALL', key)
   local writer, expiry, owners = false, {}, {}
@@ -72,7 +80,7 @@ local function sweep(key, now)
       end
     end
   end
-  local live, latest, lone, dead = 0, 0, false, {}
+  local live, latest, lone, dead, earliest = 0, 0, false, {}, 0
   for _, o in ipairs(owners) do
     local x = expiry[o] or now + math.max(redis.call('PTTL', key), 0)
     if x <= now then
@@ -80,6 +88,7 @@ local function sweep(key, now)
     else
       live = live + 1
       if x > latest then latest = x end
+      if earliest == 0 or x < earliest then earliest = x end
       if not expiry[o] then lone = o end
     end
   end
@@ -91,7 +100,26 @@ local function sweep(key, now)
     end
   end
   if live == 0 then redis.call('DEL', key) end
-  return live, latest, writer, lone
+  return live, latest, writer, lone, earliest
+end
+
+-- permit_fields returns the fields of owner o's fresh hold of one permit
+-- (acquire.lua, and a grant in set_counts.lua): token, a write count and no
+-- 'writer'. x is o's expiry (server ms) when other owners hold permits of
+-- the key; false when o holds it alone, whose expiry is then the key's and
+-- whose hold records n, the key's number of permits. keep is the MinHold
+-- end, false for none.
+local function permit_fields(o, token, n, x, keep)
+  local f = {o .. ':t', token, o, '1'}
+  if x then
+    f[5], f[6] = o .. ':x', x
+  else
+    f[5], f[6] = 'permits', n
+  end
+  if keep then
+    f[7], f[8] = o .. ':m', keep
+  end
+  return f
 end
 
 local function extend_key(key, ms)
