@@ -58,7 +58,11 @@ if busy then
 end
 local token, err = mint(KEYS[2], t, ARGV[8], ARGV[2])
 if not token then return err end
-if permits ~= '1' then
+if permits ~= '1' and owners == 0 and ARGV[4] == '0' then
+  -- A free permit, no MinHold: the fields permit_fields would give.
+  redis.call('HSET', key, owner .. ':t', token, owner, '1', 'permits', permits)
+  redis.call('PEXPIRE', key, ARGV[2])
+elseif permits ~= '1' then
   -- A permit (see prelude.lua): permit holders join one another as readers do.
   local ttl, keep = tonumber(ARGV[2]), false
   if ARGV[4] ~= '0' then keep = now + tonumber(ARGV[4]) end

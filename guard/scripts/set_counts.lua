@@ -89,8 +89,8 @@ local function notify(what, permits)
   redis.call(publish, chan, what .. ' ' .. next)
 end
 
-local got = redis.call('HMGET', key, owner .. ':t', owner .. ':x', 'writer', owner .. ':m', 'permits')
-local token, x, writer, keep, permits = got[1], got[2], got[3], got[4], got[5]
+local got = redis.call('HMGET', key, owner .. ':t', owner .. ':x', 'writer', owner .. ':m')
+local token, x, writer, keep = got[1], got[2], got[3], got[4]
 if not token or (x and tonumber(x) <= clock()) then
   -- What Redis recorded, not timing, tells a retried release from a lost one.
   if final and marker ~= '0' and redis.call('EXISTS', KEYS[4]) == 1 then return 1 end
@@ -98,7 +98,7 @@ if not token or (x and tonumber(x) <= clock()) then
   return 0
 end
 -- A permit holder writes without being the key's 'writer' (see prelude.lua).
-if writes ~= '0' and writer ~= owner and not permits then return -1 end
+if writes ~= '0' and writer ~= owner and not redis.call('HGET', key, 'permits') then return -1 end
 if not final then
   if writes ~= '0' then
     redis.call('HSET', key, owner, writes)
@@ -138,6 +138,8 @@ if writer == owner then
 else
   redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m')
 end
+-- Only a key without a writer can be one of permits.
+local permits = writer ~= owner and redis.call('HGET', key, 'permits')
 if permits and redis.call('HLEN', key) == 1 then
   redis.call('DEL', key) -- no owner left, only their number of permits
 end
