@@ -47,7 +47,7 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 	}
 	call := scriptCall{
 		keys: []string{k.lock, k.fence, k.waiters, k.channel},
-		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), s.registration(a), ms(a.registration), s.publish, ms(a.fenceTTL), a.permits},
+		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), s.registration(a), ms(a.registration), s.publish, ms(a.fenceTTL), max(a.permits, 1)},
 	}
 	cmds, unacked, err := s.runScript(ctx, &s.scripts.acquire, k.lock, []scriptCall{call}, true)
 	if err != nil {

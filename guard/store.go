@@ -104,7 +104,7 @@ type acquireArgs struct {
 	write    bool
 	minHold  time.Duration
 	fenceTTL time.Duration // 0: the fencing counter is permanent
-	permits  int           // 1: a plain lock; n: one of the key's n permits (a write lease)
+	permits  int           // 1 (or 0): a plain lock; n: one of the key's n permits (a write lease)
 	// waiter is the Locker id under which the acquisition registers in the
 	// lock's queue if the key is busy, so a release can name that Locker or
 	// grant the key to the acquisition; "" for a caller that will not wait.
