@@ -348,9 +348,7 @@ func TestPermitReleaseGrantsOneWaiter(t *testing.T) {
 		results[i] = acquireAsync(t.Context(), lockers[i%2], "one", two)
 		logs[i%2].waitAnswered(t, int64(2+i/2)) // its Locker's first waiter tries twice
 		waitQueued(t, c, "one", int64(i+1))
-		// Registrations in one millisecond of the server's clock would be
-		// ordered by Locker id, not by arrival.
-		time.Sleep(3 * time.Millisecond)
+		queueApart()
 	}
 	answered := func() int64 { return logs[0].answered.Load() + logs[1].answered.Load() }
 	before := answered()
