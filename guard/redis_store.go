@@ -160,8 +160,8 @@ func (s *redisStore) withdraw(ctx context.Context, k keys, a acquireArgs) (bool,
 // registration is what an acquisition that waits adds to the lock's queue
 // (acquire.lua documents the format); "" for one that will not wait. A
 // writer takes the key from a release (a grant) unless acquisitions must
-// wait for replicas: the release does not wait for them. A permit's
-// registration ends with its number of permits.
+// wait for replicas: the release does not wait for them. The kind of a
+// permit's registration carries its number of permits ("g4": one of 4).
 func (s *redisStore) registration(a acquireArgs) string {
 	if a.waiter == "" {
 		return ""
@@ -173,12 +173,11 @@ func (s *redisStore) registration(a acquireArgs) string {
 	case a.write:
 		kind = "w"
 	}
-	r := a.waiter + " " + a.owner + " " + kind + " " + strconv.FormatInt(ms(a.ttl), 10) + " " +
-		strconv.FormatInt(ms(a.minHold), 10) + " " + strconv.FormatInt(ms(a.fenceTTL), 10)
 	if a.permits > 1 {
-		r += " " + strconv.Itoa(a.permits)
+		kind += strconv.Itoa(a.permits)
 	}
-	return r
+	return a.waiter + " " + a.owner + " " + kind + " " + strconv.FormatInt(ms(a.ttl), 10) + " " +
+		strconv.FormatInt(ms(a.minHold), 10) + " " + strconv.FormatInt(ms(a.fenceTTL), 10)
 }
 
 // close releases nothing: the client belongs to the caller of New.

@@ -5,10 +5,10 @@
 -- ARGV[5] the acquisition's registration, to add when busy ('' for a caller
 -- that will not wait): '<Locker id> <owner> <kind> <TTL ms> <MinHold ms>
 -- <FenceTTL ms>', kind 'g' for a writer that takes a grant (set_counts.lua),
--- 'w' for one that does not, 'r' for a reader; ARGV[6] registration ms,
+-- 'w' for one that does not, 'r' for a reader, followed by n for a writer
+-- of one of n permits ('g4'); ARGV[6] registration ms,
 -- ARGV[7] 'PUBLISH' or 'SPUBLISH', ARGV[8] FenceTTL ms (see mint), ARGV[9]
--- permits: '1' (or absent) for a plain lock, n for one of n permits (a
--- writer; its registration then ends in ' <n>')
+-- permits: '1' (or absent) for a plain lock, n for one of n permits (a writer)
 -- Returns {1, token} when acquired, {0, ms until the latest holder expires}
 -- when busy (for a permit: until the first holder expires), {-1, n} when
 -- the key's holders hold n permits, not ARGV[9] (nothing changed).

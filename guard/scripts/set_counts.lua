@@ -46,7 +46,7 @@ end
 -- other owners still hold theirs and one is free: only a registration for
 -- as many permits may take it.
 local function grant(r, at, permits)
-  local locker, o, kind, ttl, min_hold, fence_ttl, n = string.match(r, '^(%S+) (%S+) (%a) (%d+) (%d+) (%d+) ?(%d*)$')
+  local locker, o, kind, n, ttl, min_hold, fence_ttl = string.match(r, '^(%S+) (%S+) (%a)(%d*) (%d+) (%d+) (%d+)$')
   if kind ~= 'g' then return false end
   if n == '' then n = '1' end
   if permits and n ~= permits then return false end
