@@ -117,9 +117,11 @@ type acquisition struct {
 	waiter   *waiter    // set once the acquisition waits for a release
 	// registered is set while the lock's queue may hold the acquisition's
 	// registration (acquire.lua adds it when the key is busy); registeredAt
-	// is when the last attempt that refreshed it was sent.
+	// is when the last attempt that refreshed it was sent, and minted the
+	// newest token when it ran: a grant with a token not above it is gone.
 	registered   bool
 	registeredAt time.Time
+	minted       int64
 }
 
 func (l *Locker) newAcquisition(parent context.Context, key string, write bool, lc lockConfig, t timing) *acquisition {
@@ -127,9 +129,11 @@ func (l *Locker) newAcquisition(parent context.Context, key string, write bool, 
 	a.args = acquireArgs{
 		owner: rand.Text(), // 26 base32 characters: 130 random bits
 		ttl:   t.ttl, write: write, minHold: lc.minHold, fenceTTL: lc.fenceTTL, permits: lc.permits,
-		// A waiting Locker registers again at every attempt, and attempts at
-		// least once per TTL (see wait), so twice the TTL outlives the gap;
-		// a Locker that crashed drops out of the queue within it.
+		identity: l.cfg.identity,
+		// A waiting acquisition registers again at every attempt, and
+		// attempts at least once per TTL (see wait), so twice the TTL
+		// outlives the gap; one whose process crashed drops out of the
+		// queue within it.
 		registration: 2 * t.ttl,
 	}
 	if !lc.waitSet || lc.wait > 0 {
@@ -158,7 +162,7 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 		case rep.acquired:
 			return a.take(rep.token, sent)
 		}
-		a.registeredAt = sent
+		a.registeredAt, a.minted = sent, rep.minted
 		a.held = &heldError{remaining: rep.heldFor}
 		if err := a.budgetSpent(); err != nil {
 			return nil, err
@@ -187,16 +191,19 @@ func (a *acquisition) take(token int64, sent time.Time) (*Lease, error) {
 
 // grant returns the token of a hold that a release granted the
 // acquisition (see set_counts.lua) while it slept, if it may be used as
-// is. The grant ends no earlier than the TTL after the last attempt that
-// registered was sent, so the lease is timed from that send. When that
-// leaves less than a renewal interval, the next attempt extends the hold
-// instead (acquire.lua finds it the owner's) and times it afresh.
+// is. A grant made after the last attempt ran (its token is above what
+// that attempt saw minted) ends no earlier than the TTL after that attempt
+// was sent, so the lease is timed from that send. One made before it is
+// gone (the attempt found the key held: the grant expired or a failover
+// lost it) and is ignored. When the send leaves less than a renew
+// interval, the next attempt extends the hold instead (acquire.lua finds
+// it the owner's) and times it afresh.
 func (a *acquisition) grant() (int64, bool) {
 	if a.waiter == nil {
 		return 0, false
 	}
 	token := a.waiter.granted.Load()
-	if token == 0 || a.l.clock.Now().Sub(a.registeredAt) >= a.timing.interval {
+	if token <= a.minted || a.l.clock.Now().Sub(a.registeredAt) >= a.timing.interval {
 		return 0, false
 	}
 	return token, true
@@ -215,7 +222,12 @@ func (a *acquisition) attempt(ctx context.Context) (acquireReply, error) {
 		}
 		return rep, err
 	}, func(rep acquireReply, err error) {
-		if err == nil && rep.acquired {
+		switch {
+		case a.args.waiter != "":
+			// The attempt may have registered, or taken the key, or been
+			// granted it since: withdraw, dropping any hold it finds.
+			l.withdraw(k, a.args, timeout)
+		case err == nil && rep.acquired:
 			l.dropHold(k, owner, timeout)
 		}
 	})
@@ -298,7 +310,9 @@ func (a *acquisition) stopWaiting(ctx context.Context) {
 	}
 	if a.registered {
 		l, k, args, timeout := a.l, a.keys, a.args, a.timing.timeout
-		l.runner.start(func() { l.withdraw(k, args, timeout) })
+		if !l.runner.start(func() { l.withdraw(k, args, timeout) }) {
+			l.withdraw(k, args, timeout) // Close stopped the runner: withdraw before returning
+		}
 	}
 }
 

@@ -138,7 +138,7 @@ func lostCause(key string, res outcome) error {
 	if res == taken {
 		return fmt.Errorf("%w: %q is held by another owner", ErrLeaseLost, key)
 	}
-	return fmt.Errorf("%w: %q expired", ErrLeaseLost, key)
+	return fmt.Errorf("%w: %q expired or was force-released", ErrLeaseLost, key)
 }
 
 // The heartbeat's view of a hold; called with the heartbeat's mutex held.

@@ -17,13 +17,14 @@ import (
 )
 
 // Locker acquires leases on named locks in one Redis deployment (standalone,
-// Sentinel or Cluster). It renews every lease it holds from one heartbeat
-// and waits for busy keys on one pub/sub subscription. A Locker is safe for
+// Sentinel or Cluster: New) or on a quorum of independent masters
+// (NewQuorum). It renews every lease it holds from one heartbeat and waits
+// for busy keys on one pub/sub subscription (per master on a quorum). A Locker is safe for
 // concurrent use; share one per process and Close it on shutdown.
 type Locker struct {
 	store store
 	clock clock
-	id    string // names this Locker in a lock's queue of waiting Lockers
+	id    string // names this Locker in the registrations of its waiting acquisitions
 	cfg   config
 	log   *slog.Logger
 	obs   Observer

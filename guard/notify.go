@@ -50,13 +50,6 @@ type mark struct {
 	seq uint64
 }
 
-// waiting reports whether an acquisition of this Locker waits on channel.
-func (n *notifier) waiting(channel string) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.chans[channel] != nil
-}
-
 // mark records the channel's state before an acquisition attempt.
 func (n *notifier) mark(channel string) mark {
 	n.mu.Lock()

@@ -22,9 +22,11 @@ type config struct {
 	replicas       int
 	replicaTimeout time.Duration
 	closeTimeout   time.Duration
+	identity       string // recorded with each hold: see WithIdentity
 
 	// set records which durations were given, so the others default relative to the TTL.
 	intervalSet, graceSet, timeoutSet, closeSet bool
+	identitySet                                 bool
 }
 
 // WithTTL sets the lease TTL: how long a hold survives in Redis without a
@@ -46,7 +48,8 @@ func WithStopGrace(d time.Duration) Option {
 	return func(c *config) { c.stopGrace, c.graceSet = d, true }
 }
 
-// WithRequestTimeout bounds each renewal attempt and each release.
+// WithRequestTimeout bounds each renewal attempt and each release; on a
+// quorum (NewQuorum) also each master's answer to an acquisition.
 // Default: TTL/10. Must be positive.
 func WithRequestTimeout(d time.Duration) Option {
 	return func(c *config) { c.requestTimeout, c.timeoutSet = d, true }
@@ -71,7 +74,9 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // is not acknowledged in time is released and fails with ErrNotReplicated; a
 // renewal that is not acknowledged counts as failed. Use it with Sentinel, so
 // that a failover does not forget a fresh lock. Default: off (n = 0).
-// Not supported with a Cluster client.
+// Not supported with a Cluster client. On a quorum (NewQuorum) each master
+// waits for n of its own replicas, and a master that is not acknowledged
+// counts as failed.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return func(c *config) { c.replicas, c.replicaTimeout = n, timeout }
 }
@@ -100,6 +105,9 @@ func newConfig(opts []Option) (config, error) {
 		return c, fmt.Errorf("%w: TTL %v must be positive", ErrInvalid, c.ttl)
 	}
 	c.defaultDurations()
+	if err := c.resolveIdentity(); err != nil {
+		return c, err
+	}
 	return c, c.validate()
 }
 

@@ -24,6 +24,9 @@ type redisStore struct {
 
 	replicas       int // WAIT for this many replicas after acquisitions and renewals; 0: don't
 	replicaTimeout time.Duration
+	// noGrants registers writers as named, never granted, waiters: a
+	// master of a quorum may not hand a key over on its own.
+	noGrants bool
 }
 
 func newRedisStore(client redis.UniversalClient, replicas int, replicaTimeout time.Duration) *redisStore {
@@ -47,7 +50,7 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 	}
 	call := scriptCall{
 		keys: []string{k.lock, k.fence, k.waiters, k.channel},
-		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), s.registration(a), ms(a.registration), s.publish, ms(a.fenceTTL), max(a.permits, 1)},
+		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), s.registration(a), ms(a.registration), s.publish, ms(a.fenceTTL), a.identity, max(a.permits, 1)},
 	}
 	cmds, unacked, err := s.runScript(ctx, &s.scripts.acquire, k.lock, []scriptCall{call}, true)
 	if err != nil {
@@ -57,12 +60,16 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 	switch {
 	case err != nil:
 		return acquireReply{}, classify(err)
-	case len(vals) != 2:
+	case len(vals) < 2:
 		return acquireReply{}, fmt.Errorf("guard: unexpected acquire reply %v", vals)
 	case vals[0] == -1:
 		return acquireReply{}, fmt.Errorf("%w: its holders hold %d, this acquisition asks for %d", ErrPermitsDiffer, vals[1], a.permits)
 	case vals[0] != 1:
-		return acquireReply{heldFor: time.Duration(vals[1]) * time.Millisecond}, nil
+		rep := acquireReply{heldFor: time.Duration(vals[1]) * time.Millisecond}
+		if len(vals) > 2 {
+			rep.minted = vals[2]
+		}
+		return rep, nil
 	}
 	// Unacknowledged, the hold is acquired and an error: the Locker drops it,
 	// since nobody may rely on a hold a failover could forget.
@@ -158,7 +165,8 @@ func (s *redisStore) withdraw(ctx context.Context, k keys, a acquireArgs) (bool,
 }
 
 // registration is what an acquisition that waits adds to the lock's queue
-// (acquire.lua documents the format); "" for one that will not wait. A
+// (acquire.lua documents the format; the identity comes last, so its spaces
+// are its own); "" for one that will not wait. A
 // writer takes the key from a release (a grant) unless acquisitions must
 // wait for replicas: the release does not wait for them. The kind of a
 // permit's registration carries its number of permits ("g4": one of 4).
@@ -168,7 +176,7 @@ func (s *redisStore) registration(a acquireArgs) string {
 	}
 	kind := "r"
 	switch {
-	case a.write && s.replicas == 0:
+	case a.write && s.replicas == 0 && !s.noGrants:
 		kind = "g"
 	case a.write:
 		kind = "w"
@@ -176,8 +184,12 @@ func (s *redisStore) registration(a acquireArgs) string {
 	if a.permits > 1 {
 		kind += strconv.Itoa(a.permits)
 	}
-	return a.waiter + " " + a.owner + " " + kind + " " + strconv.FormatInt(ms(a.ttl), 10) + " " +
+	r := a.waiter + " " + a.owner + " " + kind + " " + strconv.FormatInt(ms(a.ttl), 10) + " " +
 		strconv.FormatInt(ms(a.minHold), 10) + " " + strconv.FormatInt(ms(a.fenceTTL), 10)
+	if a.identity != "" {
+		r += " " + a.identity // last: it may hold spaces
+	}
+	return r
 }
 
 // close releases nothing: the client belongs to the caller of New.

@@ -24,6 +24,8 @@ var (
 	setCountsLua string
 	//go:embed scripts/claim_fenced.lua
 	claimFencedLua string
+	//go:embed scripts/inspect.lua
+	inspectLua string
 )
 
 // script is one of guard's Lua scripts. A server with FUNCTION (Redis 7
@@ -41,6 +43,7 @@ type script struct {
 type scripts struct {
 	acquire, renew, setCounts script
 	claimFenced               script
+	inspect                   script // inspect.lua: Inspect and ForceRelease
 	// library is the FUNCTION LOAD source. Its name carries a hash of the
 	// scripts, so Lockers of two versions of this package can share a
 	// server during a rolling deploy, each calling its own.
@@ -52,7 +55,7 @@ func newScripts() *scripts {
 	bodies := []struct {
 		name string
 		lua  string
-	}{{"acquire", acquireLua}, {"renew", renewLua}, {"set_counts", setCountsLua}, {"claim_fenced", claimFencedLua}}
+	}{{"acquire", acquireLua}, {"renew", renewLua}, {"set_counts", setCountsLua}, {"claim_fenced", claimFencedLua}, {"inspect", inspectLua}}
 	h := sha1.New()
 	for _, b := range bodies {
 		h.Write([]byte(b.lua))
@@ -70,7 +73,7 @@ func newScripts() *scripts {
 		fmt.Fprintf(&lib, "redis.register_function('%s', function(KEYS, ARGV)\n%s\nend)\n", fn, b.lua)
 		made[i] = script{lua: redis.NewScript(preludeLua + b.lua), fn: fn}
 	}
-	return &scripts{acquire: made[0], renew: made[1], setCounts: made[2], claimFenced: made[3], library: lib.String()}
+	return &scripts{acquire: made[0], renew: made[1], setCounts: made[2], claimFenced: made[3], inspect: made[4], library: lib.String()}
 }
 
 // runFunction sends calls as FCALL of sc's function. A server without the

@@ -8,8 +8,8 @@ import (
 // store is where leases live. The Locker decides when to acquire, renew and
 // release, and what an answer means for the job; a store carries each
 // request to Redis and answers in typed values. redisStore is one Redis
-// deployment (standalone, Sentinel or Cluster); a quorum of independent
-// masters (Redlock) is meant to be a second store, not a second Locker.
+// deployment (standalone, Sentinel or Cluster); quorumStore is a quorum of
+// independent masters (Redlock), a redisStore each, not a second Locker.
 //
 // A store's requests may run past their ctx (go-redis does not interrupt a
 // blocked read); the Locker bounds them (see await). A store tells three
@@ -55,8 +55,31 @@ type store interface {
 	// stored if and only if that is token.
 	claimFenced(ctx context.Context, fence, key string, token int64, value []byte, ttl time.Duration) (int64, error)
 
+	// inspect reads one lock's holders, waiting acquisitions and fencing
+	// counter at one instant (inspect.lua); a free key answers an empty
+	// state. It changes nothing.
+	inspect(ctx context.Context, k keys) (LockState, error)
+	// forceRelease deletes every hold on a lock and wakes its waiters,
+	// leaving its fencing counter (inspect.lua); it answers the state it
+	// ended.
+	forceRelease(ctx context.Context, k keys) (LockState, error)
+	// scanLocks returns a page of the names of locks under prefix whose
+	// names match the glob match, walking every server that holds locks
+	// with SCAN, a bounded page per call, from cursor c (the zero cursor
+	// starts a walk) to the cursor of the next page; more is false when
+	// the walk is complete. A name may come more than once.
+	scanLocks(ctx context.Context, prefix, match string, c scanCursor) (names []string, next scanCursor, more bool, err error)
+
 	// close stops what the store runs; Locker.Close calls it last.
 	close() error
+}
+
+// scanCursor is where a walk over the locks (store.scanLocks) goes on: a
+// server, named as the store chooses ("" for the first), and the SCAN
+// cursor on it.
+type scanCursor struct {
+	node string
+	pos  uint64
 }
 
 // noReplyError is the failure of a request whose reply never came: it may
@@ -85,7 +108,7 @@ type keys struct {
 	lock    string // the hash of holders (see scripts/prelude.lua)
 	fence   string // the fencing counter
 	channel string // release notifications
-	waiters string // the Lockers waiting for the lock
+	waiters string // the acquisitions waiting for the lock (registrations)
 }
 
 func keysFor(prefix, name string) keys {
@@ -111,6 +134,7 @@ type acquireArgs struct {
 	// The registration lasts registration.
 	waiter       string
 	registration time.Duration
+	identity     string // who takes the hold (WithIdentity), recorded with it
 }
 
 // acquireReply is acquire.lua's answer.
@@ -118,6 +142,7 @@ type acquireReply struct {
 	acquired bool
 	token    int64         // acquired: the fencing token
 	heldFor  time.Duration // busy: until the latest holder's expiry
+	minted   int64         // busy: the newest fencing token minted so far
 }
 
 // countArgs sets an owner's hold counts.

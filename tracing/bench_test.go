@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/guard/observe"
 	"github.com/jobguard/jobguard/internal/faultproxy"
 	"github.com/jobguard/jobguard/internal/redistest"
 	"github.com/jobguard/jobguard/tracing"
@@ -73,3 +74,49 @@ type discardExporter struct{}
 
 func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discardExporter) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkObserverCalls replays, without Redis, the observer calls guard
+// makes for one uncontended WithLock (run, acquire with one round trip,
+// release with one round trip, the held count up and down), with the
+// providers of BenchmarkObserverOverhead. It measures the client-side cost
+// alone, so it is steady where the end-to-end benchmark is noisy; its
+// figures include the contexts it derives as guard does (WithoutCancel,
+// WithTimeout).
+func BenchmarkObserverCalls(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) })
+	obs := tracing.New(tracing.WithTracerProvider(tp), tracing.WithMeterProvider(mp))
+	ctx := b.Context()
+	info := observe.Info{Key: "bench", Name: "bench", Write: true}
+	b.ReportAllocs()
+	for b.Loop() {
+		withLockCalls(ctx, obs, info)
+	}
+}
+
+// withLockCalls makes the observer calls of one uncontended WithLock, in
+// guard's order and with contexts of the same shape.
+func withLockCalls(ctx context.Context, obs guard.Observer, info observe.Info) {
+	runCtx := obs.Begin(ctx, observe.Run, info)
+	acq := info
+	acq.TTL = 30 * time.Second
+	acqCtx := obs.Begin(runCtx, observe.Acquire, acq)
+	obs.Event(acqCtx, observe.RoundTrip, observe.Info{Key: info.Key, Name: info.Name, Op: "acquire", Duration: 150 * time.Microsecond})
+	heldCtx := context.WithoutCancel(runCtx)
+	obs.Event(heldCtx, observe.Held, observe.Info{Key: info.Key, Name: info.Name, Write: info.Write, TTL: acq.TTL, Token: 42, Delta: +1})
+	acq.Result, acq.Attempts, acq.Token = "acquired", 1, 42
+	obs.End(acqCtx, observe.Acquire, acq)
+
+	rel := observe.Info{Key: info.Key, Name: info.Name, Write: info.Write, TTL: acq.TTL, Token: 42}
+	relCtx := obs.Begin(context.WithoutCancel(runCtx), observe.Release, rel)
+	rtCtx, cancel := context.WithTimeout(relCtx, time.Second)
+	obs.Event(rtCtx, observe.RoundTrip, observe.Info{Key: info.Key, Name: info.Name, Op: "release", Duration: 150 * time.Microsecond})
+	cancel()
+	obs.Event(heldCtx, observe.Held, observe.Info{Key: info.Key, Name: info.Name, Token: 42, Delta: -1, Result: "released", Duration: time.Millisecond})
+	obs.End(relCtx, observe.Release, rel)
+
+	run := info
+	run.Result, run.Token, run.TTL = "released", 42, acq.TTL
+	obs.End(runCtx, observe.Run, run)
+}

@@ -91,13 +91,27 @@ type observer struct {
 	holdTime    metric.Float64Histogram
 	opTime      metric.Float64Histogram
 	count       metric.Int64UpDownCounter
-	sets        sync.Map     // setKey -> metric.MeasurementOption, so a hot path builds no attribute set
-	cached      atomic.Int64 // entries in sets, at most maxCachedSets
+	kind        trace.SpanStartOption   // every span is INTERNAL
+	childStart  []trace.SpanStartOption // a child span on its run's key: the kind alone
+
+	// The metric attribute sets are cached, so that a measurement builds
+	// none: per lock name, every series guard reports for it (nameSeries),
+	// built at the name's first measurement; and single sets for the rest,
+	// such as failed round trips. Lock names are low in cardinality by
+	// contract, but one left at its default (the key) may carry an id: both
+	// caches are bounded, and past their bounds a measurement builds its set.
+	names       sync.Map     // lock name -> *[len(nameSeries)]*series
+	sets        sync.Map     // setKey -> *series
+	cachedNames atomic.Int64 // entries in names, at most maxCachedNames
+	cachedSets  atomic.Int64 // entries in sets, at most maxCachedSets
 }
 
-// maxCachedSets bounds the attribute-set cache: lock names are meant to be
-// few, but one left at its default (the key) may carry an id.
-const maxCachedSets = 1024
+// Bounds of the attribute-set caches: a name's twelve series take about
+// 2.7 KB, a single set about 230 bytes, so at most about 0.6 MB in all.
+const (
+	maxCachedNames = 128
+	maxCachedSets  = 1024
+)
 
 // setKey names the attributes of one metric series: the lock name and one
 // more attribute.
@@ -108,12 +122,70 @@ type setKey struct {
 	err  string // error.type, if any
 }
 
-// attrs returns the cached option carrying the series' attributes. The
-// lock name is low in cardinality by contract, so the cache stays small.
-func (o *observer) attrs(k setKey) metric.MeasurementOption {
-	if v, ok := o.sets.Load(k); ok {
-		return v.(metric.MeasurementOption)
+// nameSeries lists the series guard reports for every lock name, in the
+// order of seriesIndex.
+var nameSeries = [...]struct {
+	key attribute.Key
+	val string
+}{
+	{attrResult, "acquired"}, {attrResult, "busy"}, {attrResult, "timeout"}, {attrResult, "canceled"}, {attrResult, "error"},
+	{attrState, "held"}, {attrState, "waiting"},
+	{attrHold, "released"}, {attrHold, "lost"},
+	{attrOperation, "acquire"}, {attrOperation, "renew"}, {attrOperation, "release"},
+}
+
+// seriesIndex returns the index in nameSeries of the series with val for
+// key, or -1.
+func seriesIndex(key attribute.Key, val string) int {
+	switch key {
+	case attrResult:
+		switch val {
+		case "acquired":
+			return 0
+		case "busy":
+			return 1
+		case "timeout":
+			return 2
+		case "canceled":
+			return 3
+		case "error":
+			return 4
+		}
+	case attrState:
+		switch val {
+		case "held":
+			return 5
+		case "waiting":
+			return 6
+		}
+	case attrHold:
+		switch val {
+		case "released":
+			return 7
+		case "lost":
+			return 8
+		}
+	case attrOperation:
+		switch val {
+		case "acquire":
+			return 9
+		case "renew":
+			return 10
+		case "release":
+			return 11
+		}
 	}
+	return -1
+}
+
+// series holds the option carrying one series' attributes, as the slices
+// Record and Add take, so that passing it allocates nothing.
+type series struct {
+	record []metric.RecordOption
+	add    []metric.AddOption
+}
+
+func newSeries(k setKey) *series {
 	kvs := []attribute.KeyValue{k.key.String(k.val)}
 	if k.name != "" {
 		kvs = append(kvs, attrName.String(k.name))
@@ -122,14 +194,49 @@ func (o *observer) attrs(k setKey) metric.MeasurementOption {
 		kvs = append(kvs, attrErrorType.String(k.err))
 	}
 	opt := metric.WithAttributeSet(attribute.NewSet(kvs...))
-	if o.cached.Load() >= maxCachedSets {
-		return opt
+	return &series{record: []metric.RecordOption{opt}, add: []metric.AddOption{opt}}
+}
+
+// attrs returns the options carrying the series' attributes, cached when
+// the bounds allow.
+func (o *observer) attrs(k setKey) *series {
+	if i := seriesIndex(k.key, k.val); i >= 0 && k.err == "" {
+		if byName := o.seriesOf(k.name); byName != nil {
+			return byName[i]
+		}
 	}
-	if v, loaded := o.sets.LoadOrStore(k, opt); loaded {
-		return v.(metric.MeasurementOption)
+	if v, ok := o.sets.Load(k); ok {
+		return v.(*series)
 	}
-	o.cached.Add(1)
-	return opt
+	s := newSeries(k)
+	if o.cachedSets.Load() >= maxCachedSets {
+		return s
+	}
+	if v, loaded := o.sets.LoadOrStore(k, s); loaded {
+		return v.(*series)
+	}
+	o.cachedSets.Add(1)
+	return s
+}
+
+// seriesOf returns the series of name listed in nameSeries, or nil when
+// the name cache is full.
+func (o *observer) seriesOf(name string) *[len(nameSeries)]*series {
+	if v, ok := o.names.Load(name); ok {
+		return v.(*[len(nameSeries)]*series)
+	}
+	if o.cachedNames.Load() >= maxCachedNames {
+		return nil
+	}
+	byName := new([len(nameSeries)]*series)
+	for i, sk := range nameSeries {
+		byName[i] = newSeries(setKey{name: name, key: sk.key, val: sk.val})
+	}
+	if v, loaded := o.names.LoadOrStore(name, byName); loaded {
+		return v.(*[len(nameSeries)]*series)
+	}
+	o.cachedNames.Add(1)
+	return byName
 }
 
 // New returns an Observer for guard.WithObserver. Providers not given are
@@ -148,7 +255,8 @@ func New(opts ...Option) guard.Observer {
 		c.mp = otel.GetMeterProvider()
 	}
 	meter := c.mp.Meter(ScopeName)
-	o := &observer{tracer: c.tp.Tracer(ScopeName)}
+	o := &observer{tracer: c.tp.Tracer(ScopeName), kind: trace.WithSpanKind(trace.SpanKindInternal)}
+	o.childStart = []trace.SpanStartOption{o.kind}
 	// Instrument errors only come from invalid names or options, which are
 	// constants here; the API returns a working no-op instrument with them.
 	o.acquireTime, _ = meter.Float64Histogram("jobguard.lock.acquire.duration",
@@ -171,18 +279,36 @@ var (
 	holdBuckets      = []float64{0.001, 0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600}
 )
 
-// phase is what Begin leaves in the context for End.
+// phase is what Begin leaves in the context for End. It is that context
+// too: the tracer's, with the phase as a value, in one allocation where
+// context.WithValue would take a second.
 type phase struct {
-	span  trace.Span
-	start time.Time
-	run   bool
-	key   string
+	context.Context // the tracer's context, carrying span
+	span            trace.Span
+	start           time.Time // Acquire only, for its duration
+	run             bool
+	key             string
+	// end holds the attributes End sets, so that setting them allocates
+	// nothing more. Written once, by End.
+	end [4]attribute.KeyValue
+	// opts holds Begin's start options when it has attributes to give.
+	opts [2]trace.SpanStartOption
 }
 
 type phaseKey struct{}
 
+// Value returns the phase itself for phaseKey, and the tracer context's
+// values for any other key.
+func (p *phase) Value(key any) any {
+	if key == (phaseKey{}) {
+		return p
+	}
+	return p.Context.Value(key)
+}
+
 func (o *observer) Begin(ctx context.Context, p observe.Phase, info observe.Info) context.Context {
-	name := spanRelease
+	ph := &phase{run: p == observe.Run, key: info.Key}
+	name, start := spanRelease, o.childStart
 	switch p {
 	case observe.Run:
 		name = spanRun
@@ -191,19 +317,26 @@ func (o *observer) Begin(ctx context.Context, p observe.Phase, info observe.Info
 	}
 	// The run span describes the lock; its own children add only what is
 	// theirs. An operation on another key inside the job says which.
-	parent, _ := ctx.Value(phaseKey{}).(*phase)
-	var start []trace.SpanStartOption
-	if p == observe.Run || parent == nil || !parent.run || parent.key != info.Key {
+	if p == observe.Run || !childOfRunOn(ctx, info.Key) {
 		attrs := make([]attribute.KeyValue, 0, 3+len(info.Attrs))
 		attrs = append(attrs, attrKey.String(info.Key), attrName.String(info.Name), attrMode.String(mode(info)))
 		if p == observe.Run {
-			attrs = append(attrs, fromSlog(info.Attrs)...)
+			attrs = appendSlog(attrs, info.Attrs)
 		}
-		start = append(start, trace.WithAttributes(attrs...))
+		ph.opts = [2]trace.SpanStartOption{o.kind, trace.WithAttributes(attrs...)}
+		start = ph.opts[:]
 	}
-	start = append(start, trace.WithSpanKind(trace.SpanKindInternal))
-	ctx, span := o.tracer.Start(ctx, name, start...)
-	return context.WithValue(ctx, phaseKey{}, &phase{span: span, start: time.Now(), run: p == observe.Run, key: info.Key})
+	ph.Context, ph.span = o.tracer.Start(ctx, name, start...)
+	if p == observe.Acquire {
+		ph.start = time.Now()
+	}
+	return ph
+}
+
+// childOfRunOn reports whether ctx is inside the run phase of key.
+func childOfRunOn(ctx context.Context, key string) bool {
+	parent, _ := ctx.Value(phaseKey{}).(*phase)
+	return parent != nil && parent.run && parent.key == key
 }
 
 func (o *observer) End(ctx context.Context, p observe.Phase, info observe.Info) {
@@ -212,29 +345,39 @@ func (o *observer) End(ctx context.Context, p observe.Phase, info observe.Info) 
 		return
 	}
 	span := ph.span
+	if p == observe.Acquire && o.acquireTime.Enabled(ctx) {
+		o.acquireTime.Record(ctx, time.Since(ph.start).Seconds(),
+			o.attrs(setKey{name: info.Name, key: attrResult, val: info.Result}).record...)
+	}
+	if span.IsRecording() {
+		ph.describe(p, info)
+	}
+	span.End()
+}
+
+// describe sets what End knows on the phase's span.
+func (ph *phase) describe(p observe.Phase, info observe.Info) {
+	span, attrs := ph.span, ph.end[:0]
 	switch p {
 	case observe.Acquire:
+		attrs = append(attrs, attrResult.String(info.Result), attrAttempts.Int(info.Attempts))
 		if info.Token != 0 {
-			span.SetAttributes(attrResult.String(info.Result), attrAttempts.Int(info.Attempts),
-				attrToken.Int64(info.Token), attrReentrant.Bool(info.Reentrant))
-		} else {
-			span.SetAttributes(attrResult.String(info.Result), attrAttempts.Int(info.Attempts))
+			attrs = append(attrs, attrToken.Int64(info.Token), attrReentrant.Bool(info.Reentrant))
 		}
+		span.SetAttributes(attrs...)
 		if info.Result == "error" {
 			failed(span, info.Err)
 		}
-		o.acquireTime.Record(ctx, time.Since(ph.start).Seconds(),
-			o.attrs(setKey{name: info.Name, key: attrResult, val: info.Result}))
 	case observe.Run:
 		switch info.Result {
 		case "busy", "timeout", "canceled": // skipped, not failed
-			span.SetAttributes(attrResult.String(info.Result))
+			span.SetAttributes(append(attrs, attrResult.String(info.Result))...)
 		case "error": // could not acquire: Redis or input failed
-			span.SetAttributes(attrResult.String(info.Result))
+			span.SetAttributes(append(attrs, attrResult.String(info.Result))...)
 			failed(span, info.Err)
 		default:
-			span.SetAttributes(attrReentrant.Bool(info.Reentrant), attrRenewals.Int(info.Renewals),
-				attrToken.Int64(info.Token), attrTTL.Float64(info.TTL.Seconds()))
+			span.SetAttributes(append(attrs, attrReentrant.Bool(info.Reentrant), attrRenewals.Int(info.Renewals),
+				attrToken.Int64(info.Token), attrTTL.Float64(info.TTL.Seconds()))...)
 			if info.Err != nil {
 				failed(span, info.Err)
 			}
@@ -244,30 +387,38 @@ func (o *observer) End(ctx context.Context, p observe.Phase, info observe.Info) 
 			failed(span, info.Err)
 		}
 	}
-	span.End()
 }
 
 func (o *observer) Event(ctx context.Context, k observe.Event, info observe.Info) {
 	switch k {
 	case observe.RoundTrip:
+		if !o.opTime.Enabled(ctx) {
+			return
+		}
 		k := setKey{name: info.Name, key: attrOperation, val: info.Op}
 		if info.Err != nil {
 			k.err = ErrorType(info.Err)
 		}
-		o.opTime.Record(ctx, info.Duration.Seconds(), o.attrs(k))
+		o.opTime.Record(ctx, info.Duration.Seconds(), o.attrs(k).record...)
 	case observe.RenewFailed:
-		trace.SpanFromContext(ctx).AddEvent(eventRenewFailed, trace.WithAttributes(
-			attrErrorType.String(ErrorType(info.Err))))
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.AddEvent(eventRenewFailed, trace.WithAttributes(attrErrorType.String(ErrorType(info.Err))))
+		}
 	case observe.LeaseLost:
-		trace.SpanFromContext(ctx).AddEvent(eventLost, trace.WithAttributes(
-			attrErrorType.String(ErrorType(info.Err))))
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.AddEvent(eventLost, trace.WithAttributes(attrErrorType.String(ErrorType(info.Err))))
+		}
 	case observe.Held:
-		o.count.Add(ctx, int64(info.Delta), o.attrs(setKey{name: info.Name, key: attrState, val: "held"}))
-		if info.Delta < 0 {
-			o.holdTime.Record(ctx, info.Duration.Seconds(), o.attrs(setKey{name: info.Name, key: attrHold, val: info.Result}))
+		if o.count.Enabled(ctx) {
+			o.count.Add(ctx, int64(info.Delta), o.attrs(setKey{name: info.Name, key: attrState, val: "held"}).add...)
+		}
+		if info.Delta < 0 && o.holdTime.Enabled(ctx) {
+			o.holdTime.Record(ctx, info.Duration.Seconds(), o.attrs(setKey{name: info.Name, key: attrHold, val: info.Result}).record...)
 		}
 	case observe.Waiting:
-		o.count.Add(ctx, int64(info.Delta), o.attrs(setKey{name: info.Name, key: attrState, val: "waiting"}))
+		if o.count.Enabled(ctx) {
+			o.count.Add(ctx, int64(info.Delta), o.attrs(setKey{name: info.Name, key: attrState, val: "waiting"}).add...)
+		}
 	}
 }
 
@@ -314,28 +465,27 @@ var errorTypes = []struct {
 	{context.DeadlineExceeded, "deadline_exceeded"},
 }
 
-// fromSlog turns the attributes an adapter passed with guard.Attrs into
-// span attributes.
-func fromSlog(attrs []slog.Attr) []attribute.KeyValue {
-	out := make([]attribute.KeyValue, 0, len(attrs))
+// appendSlog appends the attributes an adapter passed with guard.Attrs to
+// dst as span attributes.
+func appendSlog(dst []attribute.KeyValue, attrs []slog.Attr) []attribute.KeyValue {
 	for _, a := range attrs {
 		v := a.Value.Resolve()
 		switch v.Kind() {
 		case slog.KindString:
-			out = append(out, attribute.String(a.Key, v.String()))
+			dst = append(dst, attribute.String(a.Key, v.String()))
 		case slog.KindInt64:
-			out = append(out, attribute.Int64(a.Key, v.Int64()))
+			dst = append(dst, attribute.Int64(a.Key, v.Int64()))
 		case slog.KindUint64:
-			out = append(out, attribute.Int64(a.Key, int64(v.Uint64())))
+			dst = append(dst, attribute.Int64(a.Key, int64(v.Uint64())))
 		case slog.KindFloat64:
-			out = append(out, attribute.Float64(a.Key, v.Float64()))
+			dst = append(dst, attribute.Float64(a.Key, v.Float64()))
 		case slog.KindBool:
-			out = append(out, attribute.Bool(a.Key, v.Bool()))
+			dst = append(dst, attribute.Bool(a.Key, v.Bool()))
 		case slog.KindDuration:
-			out = append(out, attribute.Float64(a.Key, v.Duration().Seconds()))
+			dst = append(dst, attribute.Float64(a.Key, v.Duration().Seconds()))
 		default:
-			out = append(out, attribute.String(a.Key, v.String()))
+			dst = append(dst, attribute.String(a.Key, v.String()))
 		}
 	}
-	return out
+	return dst
 }

@@ -8,6 +8,7 @@
 --   <owner>:x   expiry of <owner>'s hold, server time in ms; absent when
 --               <owner> is the only owner, whose hold then ends with the key
 --   <owner>:m   MinHold: keep the hold until this server time (ms), even after release
+--   <owner>:i   who holds it (WithIdentity): set with the hold's token, dropped with it
 --   permits     n, for a key whose holds are permits (Permits(n), n > 1): up to
 --               n owners hold one each, each with a write count and no
 --               'writer'; absent for a plain lock (n = 1)
@@ -57,7 +58,7 @@ local function int(n)
 end
 
 local function drop_owner(key, o)
-  redis.call('HDEL', key, o, o .. ':r', o .. ':x', o .. ':t', o .. ':m')
+  redis.call('HDEL', key, o, o .. ':r', o .. ':x', o .. ':t', o .. ':m', o .. ':i')
 end
 
 -- sweep removes owners whose expiry has passed on the server's clock and
@@ -104,20 +105,21 @@ local function sweep(key, now)
 end
 
 -- permit_fields returns the fields of owner o's fresh hold of one permit
--- (acquire.lua, and a grant in set_counts.lua): token, a write count and no
--- 'writer'. x is o's expiry (server ms) when other owners hold permits of
--- the key; false when o holds it alone, whose expiry is then the key's and
--- whose hold records n, the key's number of permits. keep is the MinHold
--- end, false for none.
-local function permit_fields(o, token, n, x, keep)
-  local f = {o .. ':t', token, o, '1'}
+-- (acquire.lua, and a grant in set_counts.lua): token, a write count, the
+-- holder's identity and no 'writer'. x is o's expiry (server ms) when other
+-- owners hold permits of the key; false when o holds it alone, whose expiry
+-- is then the key's and whose hold records n, the key's number of permits.
+-- keep is the MinHold end, false for none; identity is what WithIdentity
+-- recorded ('' for none), kept as <owner>:i as every hold keeps it.
+local function permit_fields(o, token, n, x, keep, identity)
+  local f = {o .. ':t', token, o, '1', o .. ':i', identity}
   if x then
-    f[5], f[6] = o .. ':x', x
+    f[7], f[8] = o .. ':x', x
   else
-    f[5], f[6] = 'permits', n
+    f[7], f[8] = 'permits', n
   end
   if keep then
-    f[7], f[8] = o .. ':m', keep
+    f[9], f[10] = o .. ':m', keep
   end
   return f
 end

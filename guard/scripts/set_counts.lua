@@ -44,12 +44,14 @@ end
 -- grant takes the free key for registration r, whose expiry is at, and
 -- reports whether it did. permits is the key's number of permits when
 -- other owners still hold theirs and one is free: only a registration for
--- as many permits may take it.
+-- as many permits may take it. A registration's kind may carry its number
+-- of permits ('g4') and its identity may follow its six fields.
 local function grant(r, at, permits)
-  local locker, o, kind, n, ttl, min_hold, fence_ttl = string.match(r, '^(%S+) (%S+) (%a)(%d*) (%d+) (%d+) (%d+)$')
+  local locker, o, kind, n, ttl, min_hold, fence_ttl, rest = string.match(r, '^(%S+) (%S+) (%a)(%d*) (%d+) (%d+) (%d+)(.*)$')
   if kind ~= 'g' then return false end
   if n == '' then n = '1' end
   if permits and n ~= permits then return false end
+  local identity = string.sub(rest, 2) -- after its space; '' when none
   local left = math.min(tonumber(ttl), at - clock())
   -- A counter of another type is reported to the waiter by its own attempt.
   local token = mint(KEYS[5], t, fence_ttl, ttl)
@@ -57,11 +59,11 @@ local function grant(r, at, permits)
   if n ~= '1' then
     -- A permit: beside other holders it needs an expiry of its own.
     local keep = min_hold ~= '0' and now + tonumber(min_hold)
-    redis.call('HSET', key, unpack(permit_fields(o, token, n, permits and now + left, keep)))
+    redis.call('HSET', key, unpack(permit_fields(o, token, n, permits and now + left, keep, identity)))
   elseif min_hold == '0' then
-    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1')
+    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity)
   else
-    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':m', now + tonumber(min_hold))
+    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity, o .. ':m', now + tonumber(min_hold))
   end
   if permits then
     extend_key(key, left)
@@ -134,9 +136,9 @@ if not x then
 end
 -- Redis deletes the hash with its last field.
 if writer == owner then
-  redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m', 'writer')
+  redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m', owner .. ':i', 'writer')
 else
-  redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m')
+  redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m', owner .. ':i')
 end
 -- Only a key without a writer can be one of permits.
 local permits = writer ~= owner and redis.call('HGET', key, 'permits')

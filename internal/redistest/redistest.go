@@ -35,6 +35,8 @@ const (
 	startAttempts = 5
 	// logTailLines is how much of the server log failure messages include.
 	logTailLines = 40
+	// infoTimeout bounds each request of the helpers that poll servers.
+	infoTimeout = time.Second
 )
 
 // errPortInUse reports that redis-server could not bind its port.
@@ -49,9 +51,15 @@ type Server struct {
 	log  string
 	args []string // extra arguments, as passed to Start
 	port int
+	// conf, if set, is a config file that comes first on the command line,
+	// and sentinel runs the server as a Sentinel (redis-server CONF
+	// --sentinel), which rewrites that file as it learns the topology.
+	conf     string
+	sentinel bool
 
-	mu   sync.Mutex
-	proc *process // current process; nil before the first start
+	mu     sync.Mutex
+	proc   *process // current process; nil before the first start and after Kill
+	paused bool     // stopped by Pause and not resumed
 }
 
 // process is one run of redis-server. Its reaper goroutine, started by
@@ -99,6 +107,15 @@ func Start(t testing.TB, args ...string) *Server {
 // for more arguments: ports of its own that a retry must pick afresh too.
 func start(t testing.TB, perAttempt func() ([]string, error), args []string) *Server {
 	t.Helper()
+	s := newServer(t, args)
+	s.run(t, perAttempt)
+	return s
+}
+
+// newServer prepares a Server in its own t.TempDir(), not started yet,
+// and registers its kill in t.Cleanup.
+func newServer(t testing.TB, args []string) *Server {
+	t.Helper()
 	s := &Server{
 		bin:  RequireBinary(t),
 		dir:  t.TempDir(),
@@ -112,7 +129,14 @@ func start(t testing.TB, perAttempt func() ([]string, error), args []string) *Se
 			t.Errorf("redistest: stop %s: %v", s.Addr(), err)
 		}
 	})
+	return s
+}
 
+// run starts s on a free port, retrying on another one if a different
+// process takes it first; see start for perAttempt.
+func (s *Server) run(t testing.TB, perAttempt func() ([]string, error)) {
+	t.Helper()
+	args := s.args
 	for attempt := 1; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
@@ -127,7 +151,7 @@ func start(t testing.TB, perAttempt func() ([]string, error), args []string) *Se
 		}
 		err = s.startOn(port)
 		if err == nil {
-			return s
+			return
 		}
 		if !errors.Is(err, errPortInUse) || attempt == startAttempts {
 			t.Fatalf("redistest: %v\n%s", err, s.logTail())
@@ -175,13 +199,22 @@ func (s *Server) Kill(t testing.TB) {
 // listening socket but answers nothing until Resume.
 func (s *Server) Pause(t testing.TB) {
 	t.Helper()
-	s.signal(t, syscall.SIGSTOP)
+	s.signal(t, syscall.SIGSTOP, true)
 }
 
 // Resume sends SIGCONT to a server stopped by Pause.
 func (s *Server) Resume(t testing.TB) {
 	t.Helper()
-	s.signal(t, syscall.SIGCONT)
+	s.signal(t, syscall.SIGCONT, false)
+}
+
+// Running reports whether the server's process runs and is not paused: it
+// was started and not killed since, or restarted, and not stopped by Pause
+// without Resume. Cluster and Sentinel helpers ask only running nodes.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc != nil && !s.paused
 }
 
 // Restart starts the server again on the same port and directory, with the
@@ -211,14 +244,22 @@ func (s *Server) startOn(port int) error {
 // startLocked launches redis-server on port and waits until it is ready. On
 // failure the process is killed and reaped. s.mu must be held.
 func (s *Server) startLocked(port int) error {
-	args := append([]string{
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf)
+	}
+	if s.sentinel {
+		args = append(args, "--sentinel")
+	}
+	args = append(args, []string{
 		"--save", "",
 		"--appendonly", "no",
 		"--bind", "127.0.0.1",
 		"--port", strconv.Itoa(port),
 		"--dir", s.dir,
 		"--repl-diskless-sync-delay", "0",
-	}, s.args...)
+	}...)
+	args = append(args, s.args...)
 	var logStart int64
 	if fi, err := os.Stat(s.log); err == nil {
 		logStart = fi.Size()
@@ -246,6 +287,7 @@ func (s *Server) killLocked() error {
 		return nil
 	}
 	s.proc = nil
+	s.paused = false
 	// Signaling an exited process fails harmlessly with os.ErrProcessDone.
 	_ = p.cmd.Process.Kill()
 	select {
@@ -256,7 +298,9 @@ func (s *Server) killLocked() error {
 	}
 }
 
-func (s *Server) signal(t testing.TB, sig syscall.Signal) {
+// signal sends sig to the server's process and records whether it is
+// now paused.
+func (s *Server) signal(t testing.TB, sig syscall.Signal, paused bool) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -266,6 +310,7 @@ func (s *Server) signal(t testing.TB, sig syscall.Signal) {
 	if err := s.proc.cmd.Process.Signal(sig); err != nil {
 		t.Fatalf("redistest: %v %s: %v", sig, s.Addr(), err)
 	}
+	s.paused = paused
 }
 
 // logTail returns the last lines of the server log, for failure messages.
@@ -414,8 +459,8 @@ func infoClient(addr string) *redis.Client {
 		Protocol:     2,
 		MaxRetries:   -1,
 		PoolSize:     1,
-		DialTimeout:  time.Second,
-		ReadTimeout:  time.Second,
-		WriteTimeout: time.Second,
+		DialTimeout:  infoTimeout,
+		ReadTimeout:  infoTimeout,
+		WriteTimeout: infoTimeout,
 	})
 }

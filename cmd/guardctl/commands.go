@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jobguard/jobguard/guard"
+)
+
+// list is ls: every lock whose key matches pattern, sorted by key.
+func (c *cli) list(ctx context.Context, pattern string) int {
+	var locks []guard.LockState
+	err := c.locker.Scan(ctx, pattern, func(st guard.LockState) error {
+		locks = append(locks, st)
+		return nil
+	})
+	if err != nil {
+		return c.failed(fmt.Sprintf("the locks matching %q", pattern), err)
+	}
+	slices.SortFunc(locks, func(a, b guard.LockState) int { return strings.Compare(a.Key, b.Key) })
+	if c.opts.json {
+		out := make([]lockJSON, 0, len(locks))
+		for _, st := range locks {
+			out = append(out, toJSON(st))
+		}
+		err = writeJSON(c.stdout, out)
+	} else if len(locks) > 0 {
+		err = writeList(c.stdout, locks)
+	}
+	if err != nil {
+		c.fail("write: %v", err)
+		return exitUsage
+	}
+	if len(locks) == 0 {
+		c.fail("no lock matches %q under prefix %q; check the pattern and --prefix", pattern, c.opts.prefix)
+		return exitNotFound
+	}
+	return exitFound
+}
+
+// show prints one lock; a free key is not found.
+func (c *cli) show(ctx context.Context, key string) int {
+	st, err := c.locker.Inspect(ctx, key)
+	if err != nil {
+		return c.failed(fmt.Sprintf("lock %q", key), err)
+	}
+	if c.opts.json {
+		err = writeJSON(c.stdout, toJSON(st))
+	} else if held(st) {
+		err = writeLock(c.stdout, c.opts.prefix, st)
+	}
+	if err != nil {
+		c.fail("write: %v", err)
+		return exitUsage
+	}
+	if !held(st) {
+		c.fail("lock %q is free: nobody holds or waits for it under prefix %q (fencing counter %s); check the key and --prefix", key, c.opts.prefix, token(st.Fence))
+		return exitNotFound
+	}
+	return exitFound
+}
+
+// release force-releases one lock and prints what it ended.
+func (c *cli) release(ctx context.Context, key string) int {
+	st, err := c.locker.ForceRelease(ctx, key)
+	if err != nil {
+		return c.failed(fmt.Sprintf("lock %q", key), err)
+	}
+	if c.opts.json {
+		err = writeJSON(c.stdout, toJSON(st))
+	} else if len(st.Holders) > 0 {
+		fmt.Fprintf(c.stdout, "released %q: ended %d hold(s); each holder is told at its next renewal; the next fencing token is above %d\n", key, len(st.Holders), st.Fence)
+		err = writeLock(c.stdout, c.opts.prefix, st)
+	}
+	if err != nil {
+		c.fail("write: %v", err)
+		return exitUsage
+	}
+	if len(st.Holders) == 0 {
+		c.fail("lock %q was not held under prefix %q: nothing released; check the key and --prefix", key, c.opts.prefix)
+		return exitNotFound
+	}
+	return exitFound
+}
+
+func held(st guard.LockState) bool { return len(st.Holders) > 0 || len(st.Waiters) > 0 }

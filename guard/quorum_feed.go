@@ -1,0 +1,128 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+)
+
+// The quorum's release notifications. A release runs on every master and
+// each publishes it, so a waiter subscribes on all of them through one
+// feed (the store has one feed slot) and wakes on whichever message comes
+// first; a master that is down costs nothing while another one delivers.
+// Later copies of the same release wake a waiter that already tried again
+// at most once more; the fallback timer still covers a crashed holder.
+
+func (s *quorumStore) feedSlot(string) int { return noSlot }
+
+func (s *quorumStore) openFeed(ctx context.Context, channel string) (feed, bool) {
+	f := &quorumFeed{feeds: make([]feed, len(s.nodes)), confirmedBy: make(map[string][]bool)}
+	for i, n := range s.nodes {
+		// A standalone client's feed connects on its first SUBSCRIBE.
+		f.feeds[i], _ = n.openFeed(ctx, channel)
+	}
+	return f, false
+}
+
+// quorumFeed fans the subscription connections of all masters into one.
+type quorumFeed struct {
+	feeds []feed
+	wg    sync.WaitGroup // subscriptions and unsubscriptions still being made
+
+	mu sync.Mutex
+	// confirmedBy records which masters confirmed a channel since it was
+	// subscribed: the first confirmation is the channel's, and a master
+	// that confirms again has reconnected and may have missed a release.
+	confirmedBy map[string][]bool
+}
+
+// subscribe subscribes channel on every master and returns once one of them
+// has it, or all failed: one subscription is enough to hear a release, and a
+// master that is slow to answer must not hold up the wait.
+func (f *quorumFeed) subscribe(ctx context.Context, channel string) error {
+	f.mu.Lock()
+	f.confirmedBy[channel] = make([]bool, len(f.feeds))
+	f.mu.Unlock()
+	errs := make(chan error, len(f.feeds))
+	base := context.WithoutCancel(ctx)
+	for _, sub := range f.feeds {
+		f.wg.Go(func() { errs <- sub.subscribe(base, channel) })
+	}
+	var failed []error
+	for range f.feeds {
+		select {
+		case err := <-errs:
+			if err == nil {
+				return nil
+			}
+			failed = append(failed, err)
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return errors.Join(failed...)
+}
+
+// unsubscribe drops channel on every master; one stuck behind a slow
+// subscription finishes on its own (close waits for it).
+func (f *quorumFeed) unsubscribe(ctx context.Context, channel string) error {
+	f.mu.Lock()
+	delete(f.confirmedBy, channel)
+	f.mu.Unlock()
+	errs := make(chan error, len(f.feeds))
+	base := context.WithoutCancel(ctx)
+	for _, sub := range f.feeds {
+		f.wg.Go(func() { errs <- sub.unsubscribe(base, channel) })
+	}
+	var failed []error
+	for range f.feeds {
+		select {
+		case err := <-errs:
+			failed = append(failed, err)
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return errors.Join(failed...)
+}
+
+// read reads every master's connection until close, passing on each
+// message and the confirmations that matter (see confirmedBy).
+func (f *quorumFeed) read(confirmed func(channel string), message func(channel, payload string)) {
+	var wg sync.WaitGroup
+	for i, sub := range f.feeds {
+		wg.Go(func() {
+			sub.read(func(channel string) {
+				if f.confirm(i, channel) {
+					confirmed(channel)
+				}
+			}, message)
+		})
+	}
+	wg.Wait()
+}
+
+// confirm records master i's confirmation of channel and reports whether
+// to pass it on: the channel's first, or a master's second (a reconnect).
+func (f *quorumFeed) confirm(i int, channel string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	by := f.confirmedBy[channel]
+	if by == nil {
+		return true // not subscribed now: the notifier ignores it
+	}
+	first := !slices.Contains(by, true)
+	again := by[i]
+	by[i] = true
+	return first || again
+}
+
+func (f *quorumFeed) close() error {
+	errs := make([]error, len(f.feeds))
+	for i, sub := range f.feeds {
+		errs[i] = sub.close()
+	}
+	f.wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,517 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/guard/observe"
+	"github.com/jobguard/jobguard/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// startQuorum starts n independent masters and returns their addresses.
+func startQuorum(t testing.TB, n int) ([]*redistest.Server, []string) {
+	t.Helper()
+	servers := redistest.StartMasters(t, n)
+	addrs := make([]string, n)
+	for i, s := range servers {
+		addrs[i] = s.Addr()
+	}
+	return servers, addrs
+}
+
+// newQuorumLocker returns a Locker on clients of its own to addrs, standing
+// in for one process of a fleet; clients and Locker are closed when the test
+// ends. Each client option applies to every client.
+func newQuorumLocker(t testing.TB, addrs []string, clientOpts []func(*redis.Options), opts ...guard.Option) *guard.Locker {
+	t.Helper()
+	clients := make([]redis.UniversalClient, len(addrs))
+	for i, addr := range addrs {
+		o := &redis.Options{Addr: addr}
+		for _, f := range clientOpts {
+			f(o)
+		}
+		clients[i] = redis.NewClient(o)
+	}
+	l, err := guard.NewQuorum(clients, opts...)
+	if err != nil {
+		t.Fatalf("guard.NewQuorum: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	})
+	return l
+}
+
+// failFast makes a client give up on a dead or silent master quickly, so a
+// test's faults cost it seconds, not the go-redis defaults.
+func failFast(o *redis.Options) {
+	o.DialTimeout = 300 * time.Millisecond
+	o.ReadTimeout = 500 * time.Millisecond
+	o.WriteTimeout = 500 * time.Millisecond
+	o.MaxRetries = -1
+}
+
+// fenceOn reads key's fencing counter on one master (0 when missing).
+func fenceOn(t testing.TB, s *redistest.Server, key string) int64 {
+	t.Helper()
+	c := s.Client(t, failFast)
+	v, err := c.Get(t.Context(), lockKey(key)+":fence").Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatalf("GET fence on %s: %v", s.Addr(), err)
+	}
+	return v
+}
+
+// waitFence waits until every server's fencing counter of key is token.
+func waitFence(t testing.TB, servers []*redistest.Server, key string, token int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, s := range servers {
+		for got := fenceOn(t, s, key); got != token; got = fenceOn(t, s, key) {
+			if time.Now().After(deadline) {
+				t.Fatalf("fencing counter of %q on %s is %d, want %d", key, s.Addr(), got, token)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// waitHeld waits until key's lock exists on every server: a master that
+// granted an acquisition after a majority had is not waited for by it.
+func waitHeld(t testing.TB, servers []*redistest.Server, key string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, s := range servers {
+		c := s.Client(t, failFast)
+		for n, err := c.Exists(t.Context(), lockKey(key)).Result(); n != 1; n, err = c.Exists(t.Context(), lockKey(key)).Result() {
+			if time.Now().After(deadline) {
+				t.Fatalf("lock %q not on %s: %v", key, s.Addr(), err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+func TestNewQuorumRejectsBadInput(t *testing.T) {
+	_, addrs := startQuorum(t, 1)
+	client := func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: addrs[0]})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	other := func(port int) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port)})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	a, b, c := client(), other(1), other(2)
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = cluster.Close() })
+	var nilClient *redis.Client
+	for _, tc := range []struct {
+		name    string
+		clients []redis.UniversalClient
+		opts    []guard.Option
+	}{
+		{"none", nil, nil},
+		{"one", []redis.UniversalClient{a}, nil},
+		{"two", []redis.UniversalClient{a, b}, nil},
+		{"even", []redis.UniversalClient{a, b, c, other(3)}, nil},
+		{"nil interface", []redis.UniversalClient{a, b, nil}, nil},
+		{"nil pointer", []redis.UniversalClient{a, b, nilClient}, nil},
+		{"same client twice", []redis.UniversalClient{a, b, a}, nil},
+		{"same address twice", []redis.UniversalClient{a, b, client()}, nil},
+		{"cluster client", []redis.UniversalClient{a, b, cluster}, nil},
+		{"bad option", []redis.UniversalClient{a, b, c}, []guard.Option{guard.WithTTL(0)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := guard.NewQuorum(tc.clients, tc.opts...)
+			if !errors.Is(err, guard.ErrInvalid) {
+				if l != nil {
+					_ = l.Close()
+				}
+				t.Fatalf("NewQuorum: err = %v, want ErrInvalid", err)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+func TestQuorumExclusion(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		t.Run(fmt.Sprintf("%d masters", n), func(t *testing.T) {
+			_, addrs := startQuorum(t, n)
+			const lockers, perLocker, rounds = 3, 3, 8
+			var inside, violations atomic.Int64
+			var mu sync.Mutex
+			var tokens []int64 // in the order the holders got in
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			var wg sync.WaitGroup
+			for range lockers {
+				l := newQuorumLocker(t, addrs, nil)
+				for range perLocker {
+					wg.Go(func() {
+						for range rounds {
+							err := l.WithLock(ctx, "exclusive", func(ctx context.Context) error {
+								if inside.Add(1) != 1 {
+									violations.Add(1)
+								}
+								token, _ := guard.TokenFrom(ctx, "exclusive")
+								mu.Lock()
+								tokens = append(tokens, token)
+								mu.Unlock()
+								time.Sleep(time.Millisecond)
+								inside.Add(-1)
+								return nil
+							})
+							if err != nil {
+								t.Errorf("WithLock: %v", err)
+								return
+							}
+						}
+					})
+				}
+			}
+			wg.Wait()
+			if v := violations.Load(); v != 0 {
+				t.Fatalf("%d runs overlapped another", v)
+			}
+			if want := lockers * perLocker * rounds; len(tokens) != want {
+				t.Fatalf("%d runs, want %d", len(tokens), want)
+			}
+			for i := 1; i < len(tokens); i++ {
+				if tokens[i] <= tokens[i-1] {
+					t.Fatalf("run %d got token %d after %d: not strictly increasing", i, tokens[i], tokens[i-1])
+				}
+			}
+		})
+	}
+}
+
+func TestQuorumTokenIsOnAMajority(t *testing.T) {
+	servers, addrs := startQuorum(t, 3)
+	l := newQuorumLocker(t, addrs, nil)
+	for range 5 {
+		le := mustAcquire(t, t.Context(), l, "written")
+		mustRelease(t, le)
+		// The write-back is awaited on a majority and sent to every master.
+		have := 0
+		for _, s := range servers {
+			if fenceOn(t, s, "written") >= le.Token() {
+				have++
+			}
+		}
+		if have < 2 {
+			t.Fatalf("token %d is on %d of 3 masters, want a majority", le.Token(), have)
+		}
+	}
+}
+
+func TestQuorumReentrancy(t *testing.T) {
+	_, addrs := startQuorum(t, 3)
+	l, other := newQuorumLocker(t, addrs, nil), newQuorumLocker(t, addrs, nil)
+	err := l.WithLock(t.Context(), "re", func(ctx context.Context) error {
+		outer, _ := guard.TokenFrom(ctx, "re")
+		err := l.WithLock(ctx, "re", func(ctx context.Context) error {
+			if inner, ok := guard.TokenFrom(ctx, "re"); !ok || inner != outer {
+				t.Errorf("inner token = %d, %v; want the outer %d", inner, ok, outer)
+			}
+			return nil
+		}, guard.Wait(0))
+		if err != nil {
+			t.Fatalf("re-entry: %v", err)
+		}
+		if _, err := other.Acquire(t.Context(), "re", guard.Wait(0)); !errors.Is(err, guard.ErrNotAcquired) {
+			t.Fatalf("other Locker after the inner release: err = %v, want ErrNotAcquired", err)
+		}
+		// Read under write: a downgrade, at once.
+		return l.WithReadLock(ctx, "re", func(context.Context) error { return nil }, guard.Wait(0))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = l.WithReadLock(t.Context(), "re", func(ctx context.Context) error {
+		if _, err := l.Acquire(ctx, "re"); !errors.Is(err, guard.ErrUpgrade) {
+			t.Errorf("write under read: err = %v, want ErrUpgrade", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, mustAcquire(t, t.Context(), other, "re", guard.Wait(0)))
+}
+
+func TestQuorumReadersAndWriters(t *testing.T) {
+	_, addrs := startQuorum(t, 3)
+	ls := []*guard.Locker{newQuorumLocker(t, addrs, nil), newQuorumLocker(t, addrs, nil), newQuorumLocker(t, addrs, nil)}
+	r1, err := ls[0].AcquireRead(t.Context(), "rw", guard.Wait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := ls[1].AcquireRead(t.Context(), "rw", guard.Wait(0))
+	if err != nil {
+		t.Fatalf("second reader: %v", err)
+	}
+	if _, err := ls[2].Acquire(t.Context(), "rw", guard.Wait(0)); !errors.Is(err, guard.ErrNotAcquired) {
+		t.Fatalf("writer while read-held: err = %v, want ErrNotAcquired", err)
+	}
+	got := make(chan *guard.Lease, 1)
+	go func() {
+		le, err := ls[2].Acquire(t.Context(), "rw", guard.Wait(10*time.Second))
+		if err != nil {
+			t.Errorf("waiting writer: %v", err)
+		}
+		got <- le
+	}()
+	time.Sleep(100 * time.Millisecond)
+	mustRelease(t, r1)
+	mustRelease(t, r2)
+	w := <-got
+	if w == nil {
+		t.FailNow()
+	}
+	if _, err := ls[0].AcquireRead(t.Context(), "rw", guard.Wait(0)); !errors.Is(err, guard.ErrNotAcquired) {
+		t.Fatalf("reader while write-held: err = %v, want ErrNotAcquired", err)
+	}
+	mustRelease(t, w)
+}
+
+func TestQuorumReadersAndWritersExclude(t *testing.T) {
+	_, addrs := startQuorum(t, 3)
+	var readers, writers, violations, reads, writes atomic.Int64
+	check := func() {
+		if w, r := writers.Load(), readers.Load(); w > 1 || (w == 1 && r > 0) {
+			violations.Add(1)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 3 {
+		l := newQuorumLocker(t, addrs, nil)
+		for g := range 3 {
+			wg.Go(func() {
+				for round := range 8 {
+					body := func(n *atomic.Int64, done *atomic.Int64) func(context.Context) error {
+						return func(context.Context) error {
+							n.Add(1)
+							check()
+							time.Sleep(500 * time.Microsecond)
+							check()
+							n.Add(-1)
+							done.Add(1)
+							return nil
+						}
+					}
+					var err error
+					if (i+g+round)%3 == 0 {
+						err = l.WithLock(ctx, "rw-stress", body(&writers, &writes))
+					} else {
+						err = l.WithReadLock(ctx, "rw-stress", body(&readers, &reads))
+					}
+					if err != nil {
+						t.Errorf("round %d: %v", round, err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	t.Logf("%d reads, %d writes", reads.Load(), writes.Load())
+	if v := violations.Load(); v != 0 {
+		t.Fatalf("%d times a writer overlapped another holder", v)
+	}
+}
+
+func TestQuorumHandOffWithoutPolling(t *testing.T) {
+	_, addrs := startQuorum(t, 3)
+	rec := newRecorder()
+	holder := newQuorumLocker(t, addrs, nil, guard.WithTTL(20*time.Second))
+	waiter := newQuorumLocker(t, addrs, nil, guard.WithTTL(20*time.Second), guard.WithObserver(rec))
+	le := mustAcquire(t, t.Context(), holder, "handoff")
+	type result struct {
+		le  *guard.Lease
+		err error
+		at  time.Time
+	}
+	got := make(chan result, 1)
+	go func() {
+		le, err := waiter.Acquire(t.Context(), "handoff", guard.Wait(15*time.Second))
+		got <- result{le, err, time.Now()}
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter is asleep on its subscription
+	released := time.Now()
+	mustRelease(t, le)
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	defer mustRelease(t, r.le)
+	// The fallback timer would fire at the holder's TTL, 20s.
+	if took := r.at.Sub(released); took > 2*time.Second {
+		t.Fatalf("the waiter got the key %v after the release: not woken by the notification", took)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if n := len(rec.ended[observe.Acquire]); n != 1 {
+		t.Fatalf("%d acquisitions ended, want 1", n)
+	}
+	// One attempt before waiting, one after subscribing, one per wake-up:
+	// each master publishes the release, and an attempt that comes while
+	// the release has reached only some masters is dropped and woken again.
+	a := rec.ended[observe.Acquire][0].Attempts
+	t.Logf("%d attempts", a)
+	if a > 10 {
+		t.Fatalf("the waiter sent %d attempts", a)
+	}
+	if r.le.Token() <= le.Token() {
+		t.Fatalf("token %d after %d", r.le.Token(), le.Token())
+	}
+}
+
+func TestQuorumMinHold(t *testing.T) {
+	_, addrs := startQuorum(t, 3)
+	a, b := newQuorumLocker(t, addrs, nil), newQuorumLocker(t, addrs, nil)
+	const minHold = time.Second
+	start := time.Now()
+	mustRelease(t, mustAcquire(t, t.Context(), a, "short", guard.MinHold(minHold)))
+	if _, err := b.Acquire(t.Context(), "short", guard.Wait(0)); !errors.Is(err, guard.ErrNotAcquired) {
+		t.Fatalf("right after a release within MinHold: err = %v, want ErrNotAcquired", err)
+	}
+	le, err := b.Acquire(t.Context(), "short", guard.Wait(5*time.Second))
+	if err != nil {
+		t.Fatalf("after MinHold: %v", err)
+	}
+	defer mustRelease(t, le)
+	if took := time.Since(start); took < minHold-50*time.Millisecond {
+		t.Fatalf("taken %v after the first acquisition, before MinHold %v", took, minHold)
+	}
+}
+
+func TestQuorumHeartbeatKeepsLeasePastTTL(t *testing.T) {
+	_, addrs := startQuorum(t, 3)
+	const ttl = 600 * time.Millisecond
+	l, other := newQuorumLocker(t, addrs, nil, guard.WithTTL(ttl)), newQuorumLocker(t, addrs, nil, guard.WithTTL(ttl))
+	le := mustAcquire(t, t.Context(), l, "long")
+	time.Sleep(4 * ttl)
+	if err := le.Context().Err(); err != nil {
+		t.Fatalf("lease context ended after 4 TTLs: %v", context.Cause(le.Context()))
+	}
+	if _, err := other.Acquire(t.Context(), "long", guard.Wait(0)); !errors.Is(err, guard.ErrNotAcquired) {
+		t.Fatalf("other Locker while renewed: err = %v, want ErrNotAcquired", err)
+	}
+	mustRelease(t, le)
+}
+
+func TestQuorumClaim(t *testing.T) {
+	_, addrs := startQuorum(t, 3)
+	a, b := newQuorumLocker(t, addrs, nil), newQuorumLocker(t, addrs, nil)
+	won, err := a.Claim(t.Context(), "tick", []byte("a"), time.Minute)
+	if err != nil || !won {
+		t.Fatalf("first claim = %v, %v; want true", won, err)
+	}
+	if won, err := b.Claim(t.Context(), "tick", []byte("b"), time.Minute); err != nil || won {
+		t.Fatalf("second claim = %v, %v; want false", won, err)
+	}
+	v, ok, err := b.Claimed(t.Context(), "tick")
+	if err != nil || !ok || string(v) != "a" {
+		t.Fatalf("Claimed = %q, %v, %v; want a", v, ok, err)
+	}
+	if _, ok, err := b.Claimed(t.Context(), "never"); err != nil || ok {
+		t.Fatalf("Claimed(never) = %v, %v; want false", ok, err)
+	}
+}
+
+func TestQuorumClose(t *testing.T) {
+	_, addrs := startQuorum(t, 3)
+	clients := make([]redis.UniversalClient, len(addrs))
+	for i, addr := range addrs {
+		clients[i] = redis.NewClient(&redis.Options{Addr: addr})
+		defer clients[i].Close()
+	}
+	l, err := guard.NewQuorum(clients, guard.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newQuorumLocker(t, addrs, nil)
+	le := mustAcquire(t, t.Context(), l, "closing")
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		_ = l.Close()
+	}()
+	<-le.Context().Done()
+	if cause := context.Cause(le.Context()); !errors.Is(cause, guard.ErrClosed) || errors.Is(cause, guard.ErrLeaseLost) {
+		t.Fatalf("lease cause on Close = %v, want ErrClosed (still held)", cause)
+	}
+	// Close keeps the key held until the job lets go of it.
+	if _, err := other.Acquire(t.Context(), "closing", guard.Wait(0)); !errors.Is(err, guard.ErrNotAcquired) {
+		t.Fatalf("other Locker while Close waits: err = %v, want ErrNotAcquired", err)
+	}
+	mustRelease(t, le)
+	<-closed
+	if _, err := l.Acquire(t.Context(), "closing"); !errors.Is(err, guard.ErrClosed) {
+		t.Fatalf("Acquire after Close: err = %v, want ErrClosed", err)
+	}
+	mustRelease(t, mustAcquire(t, t.Context(), other, "closing", guard.Wait(0)))
+}
+
+func TestQuorumReplicaAckPerMaster(t *testing.T) {
+	servers, addrs := startQuorum(t, 3)
+	ack := guard.WithReplicaAck(1, 200*time.Millisecond)
+	// No master has a replica: no master can acknowledge, so no hold stands.
+	l := newQuorumLocker(t, addrs, nil, ack)
+	if _, err := l.Acquire(t.Context(), "acked", guard.Wait(0)); !errors.Is(err, guard.ErrNotReplicated) || errors.Is(err, guard.ErrNotAcquired) {
+		t.Fatalf("Acquire without replicas: err = %v, want ErrNotReplicated", err)
+	}
+	// The holds it got were dropped: a Locker that asks for no ack gets the key.
+	mustRelease(t, mustAcquire(t, t.Context(), newQuorumLocker(t, addrs, nil), "acked", guard.Wait(0)))
+
+	// Two masters with a replica each: a majority acknowledges.
+	redistest.StartReplica(t, servers[0])
+	redistest.StartReplica(t, servers[1])
+	le := mustAcquire(t, t.Context(), l, "acked", guard.Wait(0))
+	mustRelease(t, le)
+}
+
+func TestQuorumClaimFenced(t *testing.T) {
+	servers, addrs := startQuorum(t, 3)
+	a, b := newQuorumLocker(t, addrs, []func(*redis.Options){failFast}), newQuorumLocker(t, addrs, []func(*redis.Options){failFast})
+	first := mustAcquire(t, t.Context(), a, "result")
+	if err := a.ClaimFenced(t.Context(), "result", first.Token(), []byte("first"), time.Minute); err != nil {
+		t.Fatalf("ClaimFenced with the newest token: %v", err)
+	}
+	mustRelease(t, first)
+	second := mustAcquire(t, t.Context(), b, "result")
+	if err := a.ClaimFenced(t.Context(), "result", first.Token(), []byte("stale"), time.Minute); !errors.Is(err, guard.ErrSuperseded) {
+		t.Fatalf("ClaimFenced with a superseded token: err = %v, want ErrSuperseded", err)
+	}
+	// Every master ends up with the token, a late one included; then one
+	// may go down and the token is still on a majority. (The hold itself may
+	// be on just a majority, which a master going down would break: release
+	// it first.)
+	waitFence(t, servers, "result", second.Token())
+	mustRelease(t, second)
+	servers[0].Kill(t)
+	if err := b.ClaimFenced(t.Context(), "result", second.Token(), []byte("second"), time.Minute); err != nil {
+		t.Fatalf("ClaimFenced with a master down: %v", err)
+	}
+	if v, ok, err := a.Claimed(t.Context(), "result"); err != nil || !ok || string(v) != "second" {
+		t.Fatalf("Claimed = %q, %v, %v; want second", v, ok, err)
+	}
+}
