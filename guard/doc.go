@@ -236,6 +236,13 @@
 // stores for the newest hold only, as with readers); fence what each
 // holder owns alone.
 //
+// Inspect lists each permit holder as a write holder with its identity, the
+// waiting acquisitions with them, and the key's n as LockState.Permits. A
+// quorum (NewQuorum) refuses Permits(n) for n > 1 with ErrInvalid: each
+// master would admit n holders, and n+1 holders can each hold a majority
+// (three masters, n = 2: one holder on masters 1 and 2, one on 2 and 3, one
+// on 1 and 3), so majority votes do not bound the fleet by n.
+//
 // # Waiting
 //
 // A waiting acquisition sleeps until a release is published on the lock's

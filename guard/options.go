@@ -202,8 +202,10 @@ func FenceTTL(d time.Duration) LockOption { return func(c *lockConfig) { c.fence
 // error matching ErrPermitsDiffer (so a fleet that is changing its limit
 // in a rolling deploy sees errors, never a limit that is silently larger),
 // and a key's n is set anew whenever it has no holder. Permits applies to
-// write leases: AcquireRead and WithReadLock refuse it with ErrInvalid.
-// Default: 1, a plain lock. Must be >= 1.
+// write leases: AcquireRead and WithReadLock refuse it with ErrInvalid, and
+// so does a quorum (NewQuorum) for n > 1: masters that each admit n holders
+// do not bound the fleet by n under majority votes. Inspect reports a
+// key's n as LockState.Permits. Default: 1, a plain lock. Must be >= 1.
 func Permits(n int) LockOption {
 	return func(c *lockConfig) { c.permits, c.permitsSet = n, true }
 }
