@@ -1,6 +1,6 @@
 // Package asynqguard runs github.com/hibiken/asynq task handlers under a
-// guard lease, so that at most one handler per key runs at a time across
-// every server of a fleet.
+// guard lease, so that at most one handler per key (or, with Limit, at most
+// n per task type) runs at a time across every server of a fleet.
 //
 //	locker, err := guard.New(redisClient)
 //	...
@@ -18,6 +18,18 @@
 // KeyFunc derives it otherwise, for example from an order id in the
 // payload. Metrics are reported under the task type (guard.Name), traces
 // carry the messaging attributes of the queue and task id.
+//
+// # At most n at a time
+//
+// asynq's Concurrency bounds the handlers of one server; Limit(n) bounds
+// the tasks of one key across the whole fleet. With it the key is the task
+// type (or what KeyFunc returns), and each running task holds one of the
+// key's n permits (guard.Permits): a task that finds all n taken is busy,
+// handled as below, so a fleet of any size runs at most n tasks of the
+// type at once. Give each type its own limit with a middleware per
+// handler:
+//
+//	mux.Handle("report:export", asynqguard.Middleware(locker, asynqguard.Limit(2))(exportHandler))
 //
 // # Busy keys
 //

@@ -54,3 +54,28 @@ func ExampleIsFailure() {
 	// busy key   failure=false retry within 2s=true
 	// smtp error failure=true  retry within 2s=false
 }
+
+// At most two exports run at once across every server of the fleet, however
+// many servers and workers there are; the others are retried soon, without
+// spending a retry.
+func ExampleLimit() {
+	locker, err := guard.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: "localhost:6379"}, asynq.Config{
+		Concurrency:    20, // per server
+		IsFailure:      asynqguard.IsFailure,
+		RetryDelayFunc: asynqguard.RetryDelay,
+	})
+	mux := asynq.NewServeMux()
+	export := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		return nil // call the rate-limited API; stop when ctx is done
+	})
+	mux.Handle("report:export", asynqguard.Middleware(locker, asynqguard.Limit(2))(export))
+	if err := srv.Run(mux); err != nil {
+		log.Fatal(err)
+	}
+}

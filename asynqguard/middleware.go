@@ -18,7 +18,8 @@ const doneTimeout = 5 * time.Second
 
 // New returns asynq middleware that runs each task's handler while holding
 // a write lease on the task's key (see KeyFunc) from l, so that tasks with
-// equal keys never run at the same time on any server using the same Redis.
+// equal keys never run at the same time on any server using the same Redis
+// (or, with Limit(n), at most n of them).
 // A task whose key is busy is handled as the busy policy says (Retry by
 // default). It validates every option and returns an error matching
 // guard.ErrInvalid when one does not fit.
@@ -106,6 +107,9 @@ func (m *middleware) process(ctx context.Context, t *asynq.Task, next asynq.Hand
 	}
 	if m.cfg.fenceTTL > 0 {
 		opts = append(opts, guard.FenceTTL(m.cfg.fenceTTL))
+	}
+	if m.cfg.limit > 1 {
+		opts = append(opts, guard.Permits(m.cfg.limit))
 	}
 	// Asynq archives a task with no retry left whatever the error, so under
 	// Retry such a task waits for the key (until its context ends) instead.

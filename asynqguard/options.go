@@ -40,9 +40,10 @@ type config struct {
 	doneTTL  time.Duration
 	ttl      time.Duration // 0: the Locker's TTL
 	fenceTTL time.Duration // 0: fencing counters never expire
+	limit    int           // tasks of one key at once, under Limit
 	logger   *slog.Logger
 
-	doneSet, ttlSet, keySet, fenceSet bool
+	doneSet, ttlSet, keySet, fenceSet, limitSet bool
 }
 
 // KeyFunc sets how a task's lock key is derived. Tasks with equal keys never
@@ -52,7 +53,8 @@ type config struct {
 // be empty nor contain '}', or the task is archived with an error matching
 // guard.ErrInvalid and asynq.SkipRetry.
 // Default: the task type, ":", and the hex SHA-256 of the payload, so only
-// identical tasks exclude each other. Must not be nil.
+// identical tasks exclude each other; with Limit, the task type alone.
+// Must not be nil.
 func KeyFunc(f func(ctx context.Context, t *asynq.Task) (string, error)) Option {
 	return func(c *config) { c.key, c.keySet = f, true }
 }
@@ -62,7 +64,8 @@ func KeyFunc(f func(ctx context.Context, t *asynq.Task) (string, error)) Option 
 // times and then never again, and each would otherwise leave a counter in
 // Redis forever; tokens stay increasing as long as a key runs at least every
 // d. Default: 24h with the default key, or DoneTTL if longer; no expiry with
-// a KeyFunc, whose keys may be reused for years. 0 means no expiry.
+// a KeyFunc or Limit, whose keys may be reused for years. 0 means no
+// expiry.
 // Must be >= 0.
 func FenceTTL(d time.Duration) Option {
 	return func(c *config) { c.fenceTTL, c.fenceSet = d, true }
@@ -93,6 +96,23 @@ func Revoke() Option { return func(c *config) { c.policy = policyRevoke } }
 // and asynq.SkipRetry: asynq archives it, where it can be inspected and run
 // again.
 func Archive() Option { return func(c *config) { c.policy = policyArchive } }
+
+// Limit makes at most n tasks of one key run at once across every server
+// that shares the Locker's Redis: with the default key, n tasks of each
+// task type; with KeyFunc, n tasks of each key it returns. This is the
+// fleet-wide limit that asynq's per-server Concurrency is not. Each running
+// task holds one of the key's n permits (guard.Permits), renewed while its
+// handler runs and freed within the TTL if its server crashes. A task that
+// finds all n taken is busy and the busy policy applies (by default it is
+// retried soon without spending a retry; WaitFor waits for a permit
+// first). Every middleware and server that runs tasks of one key must give
+// the same n: a task whose key is held under another limit fails with an
+// error matching guard.ErrPermitsDiffer, and asynq retries it on its own
+// back-off (a rolling deploy that changes n costs such retries until the
+// old servers' tasks end). Not with DoneTTL: a limited key is shared by
+// different tasks, so a done record would skip them all.
+// Default: off, the key's tasks exclude each other. Must be >= 1.
+func Limit(n int) Option { return func(c *config) { c.limit, c.limitSet = n, true } }
 
 // WaitFor makes a task wait up to d for a busy key before the busy policy
 // applies, ending half a second before the task's deadline so that a busy
@@ -142,8 +162,15 @@ func newConfig(opts []Option) (config, error) {
 		return c, invalid("TTL %v must be positive", c.ttl)
 	case c.fenceTTL < 0:
 		return c, invalid("FenceTTL %v must be >= 0", c.fenceTTL)
+	case c.limitSet && c.limit < 1:
+		return c, invalid("Limit(%d) must be >= 1", c.limit)
+	case c.limitSet && c.doneSet:
+		return c, invalid("DoneTTL with Limit: a limited key is shared by different tasks, and a done record would skip them all")
 	}
-	if !c.fenceSet && !c.keySet {
+	if c.limitSet && !c.keySet {
+		c.key = typeKey
+	}
+	if !c.fenceSet && !c.keySet && !c.limitSet {
 		c.fenceTTL = max(defaultFenceTTL, c.doneTTL)
 	}
 	return c, nil
@@ -153,14 +180,20 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("asynqguard: %w: "+format, append([]any{guard.ErrInvalid}, args...)...)
 }
 
-// defaultKey is the task type and the hex SHA-256 of the payload. A '}' in
-// the type (which guard rejects, as it would break the Cluster hash tag) is
-// escaped, as is '%', so distinct types keep distinct keys.
-func defaultKey(_ context.Context, t *asynq.Task) (string, error) {
+// defaultKey is the task type and the hex SHA-256 of the payload.
+func defaultKey(ctx context.Context, t *asynq.Task) (string, error) {
 	sum := sha256.Sum256(t.Payload())
+	typ, _ := typeKey(ctx, t)
+	return typ + ":" + hex.EncodeToString(sum[:]), nil
+}
+
+// typeKey, the default key under Limit, is the task type. A '}' in the
+// type (which guard rejects, as it would break the Cluster hash tag) is
+// escaped, as is '%', so distinct types keep distinct keys.
+func typeKey(_ context.Context, t *asynq.Task) (string, error) {
 	typ := t.Type()
 	if strings.ContainsAny(typ, "%}") {
 		typ = strings.NewReplacer("%", "%25", "}", "%7D").Replace(typ)
 	}
-	return typ + ":" + hex.EncodeToString(sum[:]), nil
+	return typ, nil
 }

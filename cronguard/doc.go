@@ -66,7 +66,9 @@
 // first time and then at most once a minute per job, with the number of
 // skips not logged ("repeated"), however often the job fires (Wait(d)
 // waits for the running one instead). MinHold(d) keeps the lease for at
-// least d (ShedLock's lockAtLeastFor).
+// least d (ShedLock's lockAtLeastFor). Permits(n) lets up to n runs
+// overlap instead, each holding one of the lease's n permits: ticks still
+// run once each, and a tick that finds n runs still going is skipped.
 //
 // # Choosing a TTL
 //

@@ -28,6 +28,7 @@ type config struct {
 	wait     time.Duration
 	minHold  time.Duration
 	ttl      time.Duration // 0: the Locker's TTL
+	permits  int           // runs that may overlap; 0 or 1: none
 	log      cron.Logger
 	base     context.Context
 	now      func() time.Time
@@ -142,6 +143,25 @@ func TTL(d time.Duration) Option {
 	}
 }
 
+// Permits lets up to n runs of the job overlap across the fleet: each run
+// holds one of the n permits of the job's lease (guard.Permits) instead of
+// the lease itself, renewed while it runs. A tick that comes while n runs
+// still hold theirs is skipped as still running (or waits, with Wait).
+// Per-tick dedupe still runs each tick once, so this is for a job whose
+// runs may outlast its period: at most n of them at once. With NoDedupe,
+// it is at most n instances running the job at once. Every instance must
+// give the same n: a run whose n differs from that of the runs holding the
+// lease is not run, and is logged at Error with an error matching
+// guard.ErrPermitsDiffer. Default: 1, runs never overlap. Must be >= 1.
+func Permits(n int) Option {
+	return func(c *config) {
+		if n < 1 {
+			c.errs = append(c.errs, invalid(fmt.Sprintf("Permits(%d)", n), fmt.Errorf("must be >= 1")))
+		}
+		c.permits = n
+	}
+}
+
 // Logger sets where the job reports what cron itself cannot: skipped ticks
 // at Info (a tick skipped because the job still runs: once a minute at
 // most); a lost lease at Info, naming the tick (the Locker's logger reports
@@ -252,6 +272,9 @@ func (c *config) lockOptions(name, tick string) []guard.LockOption {
 	}
 	if c.ttl > 0 {
 		opts = append(opts, guard.TTL(c.ttl))
+	}
+	if c.permits > 1 {
+		opts = append(opts, guard.Permits(c.permits))
 	}
 	return opts
 }

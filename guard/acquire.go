@@ -32,7 +32,7 @@ func (l *Locker) acquire(ctx context.Context, key string, write bool, lc lockCon
 	err := l.observed(ctx, observe.Acquire, info, func(actx context.Context, info *observe.Info) error {
 		var err error
 		if outer != nil {
-			le, err = l.reenter(actx, outer, write)
+			le, err = l.reenter(actx, outer, write, lc.permits)
 			info.Attempts = 1
 			if le != nil || err != nil {
 				info.Result = acquireResult(err)
@@ -69,9 +69,10 @@ func (l *Locker) checkAcquire(ctx context.Context, key string) error {
 	return nil
 }
 
-// reenter takes another lease on a hold that ctx carries. It returns
-// (nil, nil) when that hold has been released, so the caller acquires afresh.
-func (l *Locker) reenter(ctx context.Context, h *hold, write bool) (*Lease, error) {
+// reenter takes another lease on a hold that ctx carries, for an
+// acquisition that asks for permits. It returns (nil, nil) when that hold
+// has been released, so the caller acquires afresh.
+func (l *Locker) reenter(ctx context.Context, h *hold, write bool, permits int) (*Lease, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.over.Load() {
@@ -79,6 +80,10 @@ func (l *Locker) reenter(ctx context.Context, h *hold, write bool) (*Lease, erro
 			return nil, fmt.Errorf("guard: re-enter %q: %w", h.key, cause)
 		}
 		return nil, nil
+	}
+	if permits != h.permits {
+		// A plain lock inside a permit would believe itself alone.
+		return nil, fmt.Errorf("%w: key %q: the context holds one of %d permits, the re-entry asks for %d", ErrPermitsDiffer, h.key, h.permits, permits)
 	}
 	if write && h.writes == 0 {
 		return nil, fmt.Errorf("%w: key %q", ErrUpgrade, h.key)
@@ -123,7 +128,7 @@ func (l *Locker) newAcquisition(parent context.Context, key string, write bool, 
 	a := &acquisition{l: l, parent: parent, key: key, keys: l.keysFor(key), lc: lc, timing: t}
 	a.args = acquireArgs{
 		owner: rand.Text(), // 26 base32 characters: 130 random bits
-		ttl:   t.ttl, write: write, minHold: lc.minHold, fenceTTL: lc.fenceTTL,
+		ttl:   t.ttl, write: write, minHold: lc.minHold, fenceTTL: lc.fenceTTL, permits: lc.permits,
 		identity: l.cfg.identity,
 		// A waiting acquisition registers again at every attempt, and
 		// attempts at least once per TTL (see wait), so twice the TTL

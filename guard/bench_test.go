@@ -220,6 +220,7 @@ type handOff struct {
 	releasedBy   atomic.Int64 // id of the goroutine that called it
 	tickets      atomic.Int64 // acquisitions left to take
 	acquisitions atomic.Int64 // acquisitions made
+	opts         []guard.LockOption
 }
 
 // sample is one hand-off: its latency and whether the releaser re-acquired.
@@ -228,7 +229,7 @@ type sample struct {
 	self bool
 }
 
-func benchHandOff(b *testing.B, handOffLockers, waiters int) {
+func benchHandOff(b *testing.B, handOffLockers, waiters int, opts ...guard.LockOption) {
 	srv := redistest.Start(b)
 	counter := srv.Client(b)
 	lockers := make([]*guard.Locker, handOffLockers)
@@ -240,7 +241,7 @@ func benchHandOff(b *testing.B, handOffLockers, waiters int) {
 	defer cancel()
 	const key = "handoff"
 	for _, l := range lockers { // warm up: scripts loaded, connections open
-		le := mustAcquire(b, ctx, l, key)
+		le := mustAcquire(b, ctx, l, key, opts...)
 		mustRelease(b, le)
 	}
 
@@ -249,7 +250,7 @@ func benchHandOff(b *testing.B, handOffLockers, waiters int) {
 	var pings []time.Duration
 	var cmds int64
 	perWaiter := make([][]sample, waiters)
-	st := &handOff{base: time.Now()}
+	st := &handOff{base: time.Now(), opts: opts}
 	b.ResetTimer()
 	for done := 0; done < b.N; done += handOffRound {
 		b.StopTimer()
@@ -311,7 +312,7 @@ func benchHandOff(b *testing.B, handOffLockers, waiters int) {
 func (st *handOff) loop(b *testing.B, ctx context.Context, l *guard.Locker, key string, id int64) []sample {
 	var samples []sample
 	for st.tickets.Add(-1) >= 0 {
-		le, err := l.Acquire(ctx, key)
+		le, err := l.Acquire(ctx, key, st.opts...)
 		if err != nil {
 			b.Errorf("waiter %d: Acquire: %v", id, err)
 			return samples

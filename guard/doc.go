@@ -12,6 +12,8 @@
 //
 // One owner: at any instant at most one writer, or any number of readers,
 // holds a key, as long as the Redis server keeps its data (see Failover).
+// With Permits(n), up to n writers hold it, each one of its n permits (see
+// Permits below).
 //
 // Lease, not lock: every hold has a TTL (WithTTL, default 30s) kept in Redis,
 // so a holder that crashes frees the key within its TTL. While a lease is
@@ -218,6 +220,39 @@
 // renewal, when its lease context is canceled with ErrLeaseLost, and the
 // fencing counter goes on, so the next token is higher. The guardctl command
 // (github.com/jobguard/jobguard/cmd/guardctl) is built on these.
+//
+// # Permits
+//
+// Permits(n) turns a key into a fleet-wide limit: WithLock and Acquire take
+// one of its n permits, so at most n jobs hold it at once across every
+// Locker that shares the Redis. Each permit is a lease like any other: its
+// own owner id and fencing token, renewed by the heartbeat, its job told to
+// stop before it could end, released when the job returns, kept for
+// MinHold, freed within its TTL when its holder crashes. A release of one
+// permit grants it to the oldest waiting acquisition (one wake-up per freed
+// permit, not one per waiter); a release that frees none (the end of a
+// re-entry, a release kept for MinHold) grants nothing. Taking a free
+// permit costs one round trip, as taking a free key does, and releasing it
+// one more. A re-entry through the context takes no second permit.
+//
+// Every holder of a key must ask for the same n: the number is kept with
+// the holds, and an acquisition that asks for another one fails at once
+// with ErrPermitsDiffer, so a limit never grows silently (during a rolling
+// deploy that changes n, the new instances get errors until the old ones'
+// holds end). A key with no holder takes the n of its next holder.
+// Permits apply to write leases only; without Permits a key is a plain lock
+// (n = 1) and nothing about it changes. Fencing tokens of one key's permits
+// all come from one counter: a resource that several permit holders write
+// at once cannot reject all but the newest token (nor can ClaimFenced, which
+// stores for the newest hold only, as with readers); fence what each
+// holder owns alone.
+//
+// Inspect lists each permit holder as a write holder with its identity, the
+// waiting acquisitions with them, and the key's n as LockState.Permits. A
+// quorum (NewQuorum) refuses Permits(n) for n > 1 with ErrInvalid: each
+// master would admit n holders, and n+1 holders can each hold a majority
+// (three masters, n = 2: one holder on masters 1 and 2, one on 2 and 3, one
+// on 1 and 3), so majority votes do not bound the fleet by n.
 //
 // # Waiting
 //

@@ -58,6 +58,13 @@ var (
 	// counter is gone (expired, see FenceTTL, or lost in a failover) and no
 	// token can be proven the newest. Do not retry with the same token.
 	ErrSuperseded = errors.New("guard: fencing token superseded")
+
+	// ErrPermitsDiffer is returned at once by an acquisition that asks for
+	// a number of permits (Permits; 1 without it) other than the one the
+	// key's current holders hold, or by a re-entry whose number differs
+	// from its context's hold. Nothing was acquired. It is not contention:
+	// the holders of one key must agree on its number of permits.
+	ErrPermitsDiffer = errors.New("guard: holders disagree on the key's number of permits")
 )
 
 // heldError is the detail of an ErrNotAcquired: what Redis answered about
@@ -71,8 +78,9 @@ func (e *heldError) Error() string {
 }
 
 // HeldFor reports how long Redis said the key stays held, at most, unless
-// its holders renew: the remaining time of the latest holder's lease, on the
-// server's clock, at the acquisition's last attempt. A live holder renews
+// its holders renew: the remaining time of the latest holder's lease (for
+// Permits, of the holder whose lease ends first, which frees a permit), on
+// the server's clock, at the acquisition's last attempt. A live holder renews
 // and keeps the key longer; a crashed one frees it after this time. The
 // second result is false when err is not an ErrNotAcquired with that answer.
 // Adapters use it for Retry-After and for retry delays.

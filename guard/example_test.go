@@ -125,3 +125,51 @@ func ExampleLease_Context() {
 	// guard: lease released
 	// guard: lease not held: lease on "reindex" already released
 }
+
+// A partner API allows two calls at a time: with Permits(2), at most two
+// instances of the fleet call it at once, and a third waits until one of
+// them is done.
+func ExamplePermits() {
+	client, stop := exampleClient()
+	defer stop()
+	var fleet [3]*guard.Locker
+	for i := range fleet {
+		fleet[i], _ = guard.New(client)
+		defer fleet[i].Close()
+	}
+
+	ctx := context.Background()
+	first, err := fleet[0].Acquire(ctx, "partner-api", guard.Permits(2))
+	if err != nil {
+		log.Fatal(err)
+	}
+	second, err := fleet[1].Acquire(ctx, "partner-api", guard.Permits(2))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = fleet[2].Acquire(ctx, "partner-api", guard.Permits(2), guard.Wait(0))
+	fmt.Println("third instance busy:", errors.Is(err, guard.ErrNotAcquired))
+
+	// The permit the first instance releases goes to the third.
+	third := make(chan *guard.Lease)
+	go func() {
+		le, err := fleet[2].Acquire(ctx, "partner-api", guard.Permits(2))
+		if err != nil {
+			log.Fatal(err)
+		}
+		third <- le
+	}()
+	_ = first.Release(ctx)
+	le := <-third
+	fmt.Println("third instance holds a permit:", le.Token() > second.Token())
+
+	// Every holder must agree on the number of permits.
+	_, err = fleet[0].Acquire(ctx, "partner-api", guard.Wait(0))
+	fmt.Println("a plain lock on the key refused:", errors.Is(err, guard.ErrPermitsDiffer))
+	_ = second.Release(ctx)
+	_ = le.Release(ctx)
+	// Output:
+	// third instance busy: true
+	// third instance holds a permit: true
+	// a plain lock on the key refused: true
+}

@@ -88,6 +88,11 @@ func waitQueued(t *testing.T, c *redis.Client, key string, n int64) {
 	}
 }
 
+// queueApart lets the server's clock pass a millisecond, so that the next
+// registration in a lock's queue comes after the last one: registrations
+// made in one millisecond are ordered by their text, not their arrival.
+func queueApart() { time.Sleep(3 * time.Millisecond) }
+
 // attemptLog records how many acquire requests each fresh acquisition sent,
 // by its fencing token, and counts the acquire requests answered.
 type attemptLog struct {
@@ -151,6 +156,7 @@ func TestReleaseGrantsKeyToWaiter(t *testing.T) {
 	holder := mustAcquire(t, t.Context(), holderL, "grant")
 	first := acquireAsync(t.Context(), waiterL, "grant")
 	log.waitAnswered(t, 2)
+	queueApart()
 	second := acquireAsync(t.Context(), waiterL, "grant")
 	log.waitAnswered(t, 3)
 	waitQueued(t, c, "grant", 2)
@@ -207,9 +213,7 @@ func TestGrantsFollowQueueOrder(t *testing.T) {
 		results[i] = acquireAsync(t.Context(), lockers[i%2], "order")
 		logs[i%2].waitAnswered(t, int64(2+i/2)) // its Locker's first waiter tries twice
 		waitQueued(t, c, "order", int64(i+1))
-		// Registrations are ordered by their expiry in server ms, ties by
-		// member: the next one must come in a later millisecond.
-		time.Sleep(2 * time.Millisecond)
+		queueApart()
 	}
 	mustRelease(t, holder)
 	last := holder.Token()

@@ -27,6 +27,10 @@ type hold struct {
 	obsCtx context.Context // the observer's context for heartbeat events
 	start  time.Time
 
+	// permits is the key's number of permits the hold took one of (1: the
+	// key itself); a re-entry must ask for the same.
+	permits int
+
 	mu     sync.Mutex            // serializes count updates and their requests
 	writes int                   // write leases held
 	reads  int                   // read leases held
@@ -47,7 +51,7 @@ type hold struct {
 func (l *Locker) newHold(a *acquisition, token int64, sent time.Time) (*Lease, error) {
 	h := &hold{
 		l: l, key: a.key, name: a.lc.name, keys: a.keys, owner: a.args.owner, token: token,
-		timing: a.timing, start: sent, index: -1,
+		timing: a.timing, start: sent, index: -1, permits: a.args.permits,
 		leaseEnd: a.timing.safeEnd(sent), nextRenew: sent.Add(a.timing.interval),
 	}
 	h.ctx, h.cancel = context.WithCancelCause(withHold(context.WithoutCancel(a.parent), h))

@@ -16,7 +16,8 @@ type LockState struct {
 	// Key is the lock's key, as passed to Acquire.
 	Key string
 	// Holders are the live holds, oldest fencing token first: one writer,
-	// or any number of readers, and holds released but kept for MinHold.
+	// or any number of readers, or up to Permits holders of a permit each
+	// (each a write hold), and holds released but kept for MinHold.
 	// Holds whose expiry has passed are left out even before a script has
 	// swept them from Redis: they hold nothing.
 	Holders []Holder
@@ -28,6 +29,10 @@ type LockState struct {
 	// next acquisition gets a higher one. 0 when there is no counter (never
 	// acquired, or expired with FenceTTL).
 	Fence int64
+	// Permits is the key's number of permits when its holders hold permits
+	// (Permits(n), n > 1), at most that many of them at once; 0 for a plain
+	// lock or a free key.
+	Permits int
 }
 
 // Holder is one hold on a lock: a fresh acquisition and its re-entries.
@@ -39,7 +44,7 @@ type Holder struct {
 	// by a version of this package that did not record one.
 	Identity string
 	// Write reports a write hold (which may also count read leases, taken
-	// by a downgrade); false for a read hold.
+	// by a downgrade), as every permit is; false for a read hold.
 	Write bool
 	// Writes and Reads count the leases on the hold: 1 and 0 for a plain
 	// write hold, more when re-entered. Both are 0 for a hold that was

@@ -214,15 +214,16 @@ func TestHandOffWithoutPolling(t *testing.T) {
 }
 
 // clientCommands returns how many commands clients sent the server: script
-// calls, pub/sub and PING. Redis counts the commands a script runs inside
-// the server too, so total_commands_processed would overstate the traffic.
+// calls (FCALL on a server with functions, else EVALSHA), pub/sub and PING.
+// Redis counts the commands a script runs inside the server too, so
+// total_commands_processed would overstate the traffic.
 func clientCommands(t testing.TB, c *redis.Client) int64 {
 	t.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	counted := map[string]bool{"evalsha": true, "eval": true, "subscribe": true, "unsubscribe": true,
+	counted := map[string]bool{"fcall": true, "evalsha": true, "eval": true, "subscribe": true, "unsubscribe": true,
 		"ssubscribe": true, "sunsubscribe": true, "ping": true, "wait": true}
 	var n int64
 	for line := range strings.SplitSeq(info, "\r\n") {

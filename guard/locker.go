@@ -97,7 +97,7 @@ func isNil(c redis.UniversalClient) bool {
 // default until ctx is done) and fails with ErrNotAcquired. The caller must
 // Release the lease.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lease, error) {
-	lc, err := newLockConfig(l.cfg.ttl, key, opts)
+	lc, err := l.lockConfig(key, true, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 // writer, hold a key at a time. A context holding a write lease on key takes
 // a read lease at once (a downgrade). Otherwise as Acquire.
 func (l *Locker) AcquireRead(ctx context.Context, key string, opts ...LockOption) (*Lease, error) {
-	lc, err := newLockConfig(l.cfg.ttl, key, opts)
+	lc, err := l.lockConfig(key, false, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +139,7 @@ func (l *Locker) withLock(ctx context.Context, key string, write bool, fn func(c
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalid)
 	}
-	lc, err := newLockConfig(l.cfg.ttl, key, opts)
+	lc, err := l.lockConfig(key, write, opts)
 	if err != nil {
 		return err
 	}
@@ -190,16 +190,33 @@ func (l *Locker) endRun(ctx context.Context, le *Lease, err error, info *observe
 
 // ValidateLockOptions reports whether opts are valid for this Locker: the
 // checks Acquire makes, including whether a TTL option leaves room for its
-// renewal schedule. Adapters call it when they are built, so that a bad
+// renewal schedule, for a write lease. Adapters call it when they are built, so that a bad
 // option fails at wiring time rather than on every run. The error matches
 // ErrInvalid.
 func (l *Locker) ValidateLockOptions(opts ...LockOption) error {
-	lc, err := newLockConfig(l.cfg.ttl, "", opts)
+	lc, err := l.lockConfig("", true, opts)
 	if err != nil {
 		return err
 	}
 	_, err = l.cfg.scaled(lc.ttl)
 	return err
+}
+
+// lockConfig applies opts for an acquisition of key (a write lease when
+// write is set) on this Locker and validates them: newLockConfig's checks,
+// and that a quorum takes no permits.
+func (l *Locker) lockConfig(key string, write bool, opts []LockOption) (lockConfig, error) {
+	lc, err := newLockConfig(l.cfg.ttl, key, write, opts)
+	if err != nil {
+		return lc, err
+	}
+	if _, quorum := l.store.(*quorumStore); quorum && lc.permits > 1 {
+		// Each master would admit n holders of its own: n+1 holders can
+		// each hold a majority (3 masters, n = 2: {1,2} {2,3} {1,3}), so a
+		// majority does not bound them by n.
+		return lc, fmt.Errorf("%w: Permits(%d) on a quorum (NewQuorum): a majority of masters that each admit %d holders does not bound the fleet by %d", ErrInvalid, lc.permits, lc.permits, lc.permits)
+	}
+	return lc, nil
 }
 
 func checkKey(key string) error {

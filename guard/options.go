@@ -155,6 +155,9 @@ type lockConfig struct {
 	name     string
 	attrs    []slog.Attr
 	fenceTTL time.Duration
+	permits  int // 1: a plain lock
+	// permitsSet records that Permits was given: a read lease refuses it.
+	permitsSet bool
 }
 
 // Wait bounds how long an acquisition waits for a busy key. 0 means try
@@ -185,6 +188,28 @@ func MinHold(d time.Duration) LockOption { return func(c *lockConfig) { c.minHol
 // Default: 0, the counter never expires. Must be >= 0.
 func FenceTTL(d time.Duration) LockOption { return func(c *lockConfig) { c.fenceTTL = d } }
 
+// Permits makes the acquisition take one of n permits of the key instead
+// of the key itself: up to n holders, on any Lockers of the fleet, hold the
+// key at once, each a full lease of its own (renewed, told before it could
+// end, its own fencing token, released on return, MinHold honoured, freed
+// within its TTL when its holder crashes). A release of one permit grants
+// it to one waiting acquisition, so a freed permit wakes one waiter, not
+// all. A re-entry through the context takes no second permit; it must ask
+// for the same n.
+//
+// Every holder of a key must ask for the same n: an acquisition whose n
+// differs from that of the key's current holders fails at once with an
+// error matching ErrPermitsDiffer (so a fleet that is changing its limit
+// in a rolling deploy sees errors, never a limit that is silently larger),
+// and a key's n is set anew whenever it has no holder. Permits applies to
+// write leases: AcquireRead and WithReadLock refuse it with ErrInvalid, and
+// so does a quorum (NewQuorum) for n > 1: masters that each admit n holders
+// do not bound the fleet by n under majority votes. Inspect reports a
+// key's n as LockState.Permits. Default: 1, a plain lock. Must be >= 1.
+func Permits(n int) LockOption {
+	return func(c *lockConfig) { c.permits, c.permitsSet = n, true }
+}
+
 // Name sets the name observers report the lock under, for metrics: keep
 // it low in cardinality ("nightly-report", a task type, a route), unlike a
 // key that carries an id. Default: the key.
@@ -196,8 +221,10 @@ func Attrs(attrs ...slog.Attr) LockOption {
 	return func(c *lockConfig) { c.attrs = append(c.attrs, attrs...) }
 }
 
-func newLockConfig(def time.Duration, key string, opts []LockOption) (lockConfig, error) {
-	c := lockConfig{ttl: def, name: key}
+// newLockConfig applies opts for an acquisition of key, a write lease when
+// write is set, and validates them.
+func newLockConfig(def time.Duration, key string, write bool, opts []LockOption) (lockConfig, error) {
+	c := lockConfig{ttl: def, name: key, permits: 1}
 	for _, o := range opts {
 		if o == nil {
 			return c, fmt.Errorf("%w: nil lock option", ErrInvalid)
@@ -213,6 +240,10 @@ func newLockConfig(def time.Duration, key string, opts []LockOption) (lockConfig
 		return c, fmt.Errorf("%w: MinHold %v must be >= 0", ErrInvalid, c.minHold)
 	case c.fenceTTL < 0:
 		return c, fmt.Errorf("%w: FenceTTL %v must be >= 0", ErrInvalid, c.fenceTTL)
+	case c.permits < 1:
+		return c, fmt.Errorf("%w: Permits(%d) must be >= 1", ErrInvalid, c.permits)
+	case c.permitsSet && !write:
+		return c, fmt.Errorf("%w: Permits(%d) applies to write leases, not read leases", ErrInvalid, c.permits)
 	}
 	return c, nil
 }

@@ -80,6 +80,7 @@ func mergeStates(states []LockState, quorum int) LockState {
 	var waitOrder []string
 	for _, st := range states {
 		out.Fence = max(out.Fence, st.Fence)
+		out.Permits = max(out.Permits, st.Permits)
 		for _, h := range st.Holders {
 			if holders[h.Owner] == nil {
 				order = append(order, h.Owner)
@@ -113,6 +114,9 @@ func mergeStates(states []LockState, quorum int) LockState {
 		out.Holders = append(out.Holders, h)
 	}
 	slices.SortStableFunc(out.Holders, func(a, b Holder) int { return cmpInt(a.Token, b.Token) })
+	if len(out.Holders) == 0 {
+		out.Permits = 0 // no majority holds a permit
+	}
 	for _, owner := range waitOrder {
 		out.Waiters = append(out.Waiters, waiters[owner])
 	}

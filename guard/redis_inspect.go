@@ -52,6 +52,7 @@ func parseInspect(vals []any) (LockState, error) {
 	if fence := r.str(); fence != "" {
 		st.Fence = r.parseInt(fence)
 	}
+	st.Permits = int(r.int())
 	for n := r.int(); n > 0 && r.err == nil; n-- {
 		st.Holders = append(st.Holders, Holder{
 			Owner: r.str(), Identity: r.str(), Write: r.int() == 1,
@@ -75,11 +76,18 @@ func parseInspect(vals []any) (LockState, error) {
 
 // parseRegistration reads a registration in a lock's queue (see
 // redisStore.registration): "<Locker id> <owner> <kind> <TTL ms> <MinHold
-// ms> <FenceTTL ms>[ <identity>]". ok is false for one of another shape.
+// ms> <FenceTTL ms>[ <identity>]", where the kind of a permit's writer
+// carries its number of permits ("g4", "w4"). ok is false for one of
+// another shape.
 func parseRegistration(m string) (w Waiter, ok bool) {
 	f := strings.SplitN(m, " ", 7)
-	if len(f) < 6 || len(f[2]) != 1 || !strings.Contains("gwr", f[2]) {
+	if len(f) < 6 || len(f[2]) < 1 || !strings.Contains("gwr", f[2][:1]) {
 		return Waiter{}, false
+	}
+	if n := f[2][1:]; n != "" {
+		if p, err := strconv.Atoi(n); err != nil || p < 2 || f[2][0] == 'r' {
+			return Waiter{}, false
+		}
 	}
 	w = Waiter{Locker: f[0], Owner: f[1], Write: f[2] != "r"}
 	if len(f) == 7 {

@@ -50,7 +50,7 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 	}
 	call := scriptCall{
 		keys: []string{k.lock, k.fence, k.waiters, k.channel},
-		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), s.registration(a), ms(a.registration), s.publish, ms(a.fenceTTL), a.identity},
+		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), s.registration(a), ms(a.registration), s.publish, ms(a.fenceTTL), a.identity, max(a.permits, 1)},
 	}
 	cmds, unacked, err := s.runScript(ctx, &s.scripts.acquire, k.lock, []scriptCall{call}, true)
 	if err != nil {
@@ -62,6 +62,8 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 		return acquireReply{}, s.classify(err)
 	case len(vals) < 2:
 		return acquireReply{}, fmt.Errorf("guard: unexpected acquire reply %v", vals)
+	case vals[0] == -1:
+		return acquireReply{}, fmt.Errorf("%w: its holders hold %d, this acquisition asks for %d", ErrPermitsDiffer, vals[1], a.permits)
 	case vals[0] != 1:
 		rep := acquireReply{heldFor: time.Duration(vals[1]) * time.Millisecond}
 		if len(vals) > 2 {
@@ -192,7 +194,8 @@ func (s *redisStore) withdraw(ctx context.Context, k keys, a acquireArgs) (bool,
 // (acquire.lua documents the format; the identity comes last, so its spaces
 // are its own); "" for one that will not wait. A
 // writer takes the key from a release (a grant) unless acquisitions must
-// wait for replicas: the release does not wait for them.
+// wait for replicas: the release does not wait for them. The kind of a
+// permit's registration carries its number of permits ("g4": one of 4).
 func (s *redisStore) registration(a acquireArgs) string {
 	if a.waiter == "" {
 		return ""
@@ -203,6 +206,9 @@ func (s *redisStore) registration(a acquireArgs) string {
 		kind = "g"
 	case a.write:
 		kind = "w"
+	}
+	if a.permits > 1 {
+		kind += strconv.Itoa(a.permits)
 	}
 	r := a.waiter + " " + a.owner + " " + kind + " " + strconv.FormatInt(ms(a.ttl), 10) + " " +
 		strconv.FormatInt(ms(a.minHold), 10) + " " + strconv.FormatInt(ms(a.fenceTTL), 10)

@@ -14,8 +14,9 @@ import (
 // A store's requests may run past their ctx (go-redis does not interrupt a
 // blocked read); the Locker bounds them (see await). A store tells three
 // kinds of failure apart: a key of another type (ErrWrongType), a request
-// whose reply never came and that may have run (noReplyError), and any
-// other answer of the server; the Locker adds the key to the message.
+// whose reply never came and that may have run (noReplyError), a key whose
+// holders hold another number of permits (ErrPermitsDiffer), and any other
+// answer of the server; the Locker adds the key to the message.
 type store interface {
 	// acquire makes one attempt at a fresh hold (acquire.lua). A reply that
 	// is acquired and an error (too few replicas acknowledged it) is a hold
@@ -133,6 +134,7 @@ type acquireArgs struct {
 	write    bool
 	minHold  time.Duration
 	fenceTTL time.Duration // 0: the fencing counter is permanent
+	permits  int           // 1 (or 0): a plain lock; n: one of the key's n permits (a write lease)
 	// waiter is the Locker id under which the acquisition registers in the
 	// lock's queue if the key is busy, so a release can name that Locker or
 	// grant the key to the acquisition; "" for a caller that will not wait.

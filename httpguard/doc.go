@@ -93,4 +93,18 @@
 // Redis holds, per key, one value (the fingerprint, then the response) and
 // guard's fencing counter, each expiring after the retention window, and the
 // lease while the handler runs.
+//
+// # No permits
+//
+// httpguard takes no guard.Permits: an idempotency key promises that a
+// request runs once, so a second request with the key must wait for the
+// first (409), never run beside it, and n permits per key would run up to
+// n copies of one request. To cap how many requests of an expensive
+// endpoint run at once across the fleet, which is another concern, hold a
+// permit of a key of your own in the handler (or a middleware around it),
+// keyed by the route rather than by the idempotency key:
+//
+//	err := locker.WithLock(r.Context(), "export-endpoint", func(ctx context.Context) error {
+//		return export(ctx, w, r)
+//	}, guard.Permits(4), guard.Wait(2*time.Second)) // busy: errors.Is(err, guard.ErrNotAcquired), answer 429 or 503
 package httpguard

@@ -62,6 +62,7 @@
 //	{
 //	  "key": "report",               the lock's key
 //	  "fence": 1761234567890123,     the fencing counter: the last token minted (0: none)
+//	  "permits": 4,                  only for a key held as permits (guard.Permits): up to that many write holders
 //	  "holders": [{
 //	    "identity": "web-1/4242",    guard.WithIdentity of the holder ("" if not recorded)
 //	    "owner": "Q2M...",           the hold's owner id
@@ -80,7 +81,8 @@
 //	  }]
 //	}
 //
-// holders and waiters are always arrays, empty for a free lock.
+// holders and waiters are always arrays, empty for a free lock; permits is
+// left out for a plain lock.
 //
 // # Exit status
 //

@@ -16,6 +16,7 @@ import (
 type lockJSON struct {
 	Key     string       `json:"key"`
 	Fence   int64        `json:"fence"`
+	Permits int          `json:"permits,omitempty"` // only for a key held as permits
 	Holders []holderJSON `json:"holders"`
 	Waiters []waiterJSON `json:"waiters"`
 }
@@ -41,7 +42,7 @@ type waiterJSON struct {
 }
 
 func toJSON(st guard.LockState) lockJSON {
-	j := lockJSON{Key: st.Key, Fence: st.Fence, Holders: []holderJSON{}, Waiters: []waiterJSON{}}
+	j := lockJSON{Key: st.Key, Fence: st.Fence, Permits: st.Permits, Holders: []holderJSON{}, Waiters: []waiterJSON{}}
 	for _, h := range st.Holders {
 		left := h.Left.Milliseconds()
 		if h.Left < 0 {
@@ -117,6 +118,9 @@ func writeLock(w io.Writer, prefix string, st guard.LockState) error {
 	fmt.Fprintf(tw, "lock\t%s\n", st.Key)
 	fmt.Fprintf(tw, "redis key\t%s{%s}\n", prefix, st.Key)
 	fmt.Fprintf(tw, "fencing counter\t%s\n", token(st.Fence))
+	if st.Permits > 0 {
+		fmt.Fprintf(tw, "permits\t%d (up to %d write holders at once)\n", st.Permits, st.Permits)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

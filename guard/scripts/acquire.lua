@@ -5,30 +5,35 @@
 -- ARGV[5] the acquisition's registration, to add when busy ('' for a caller
 -- that will not wait): '<Locker id> <owner> <kind> <TTL ms> <MinHold ms>
 -- <FenceTTL ms>[ <identity>]', kind 'g' for a writer that takes a grant (set_counts.lua),
--- 'w' for one that does not, 'r' for a reader; the identity comes last, as
--- it may hold spaces; ARGV[6] registration ms,
+-- 'w' for one that does not, 'r' for a reader, followed by n for a writer
+-- of one of n permits ('g4'); the identity comes last, as it may hold
+-- spaces; ARGV[6] registration ms,
 -- ARGV[7] 'PUBLISH' or 'SPUBLISH', ARGV[8] FenceTTL ms (see mint),
--- ARGV[9] the holder's identity, recorded with a fresh hold as <owner>:i
--- Returns {1, token} when acquired, {0, ms until the latest holder expires,
--- the newest token minted so far (0 when none)} when busy: a grant with a
--- token not above it was made before this attempt, and is gone.
+-- ARGV[9] the holder's identity, recorded with a fresh hold as <owner>:i,
+-- ARGV[10] permits: '1' (or absent) for a plain lock, n for one of n
+-- permits (a writer)
+-- Returns {1, token} when acquired; {0, ms until the latest holder expires
+-- (for a permit: until the first holder expires), the newest token minted
+-- so far (0 when none)} when busy: a grant with a token not above it was
+-- made before this attempt, and is gone; {-1, n} when the key's holders
+-- hold n permits, not ARGV[10] (nothing changed).
 -- An owner that holds the key already (a retry after a lost reply, or a
 -- waiter that a release granted the key to) has its hold extended to the
 -- TTL from now, as a renewal would, and gets its token.
 -- When other acquisitions wait for the key, publishes 'taken' for a write
 -- hold and 'read' for a read hold (their readers may join it).
 local key, owner, mode, member = KEYS[1], ARGV[1], ARGV[3], ARGV[5]
-local identity = ARGV[9] or ''
+local identity, permits = ARGV[9] or '', ARGV[10] or '1'
 local t = redis.call('TIME')
 local now = ms_of(t)
-local owners, latest, writer, lone = 0, 0, false, false
+local owners, latest, writer, lone, earliest = 0, 0, false, false, 0
 if redis.call('EXISTS', key) == 1 then
   local kind = redis.call('TYPE', key)['ok']
   if kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a lock')
   end
-  owners, latest, writer, lone = sweep(key, now)
-  local mine = redis.call('HMGET', key, owner .. ':t', owner .. ':x')
+  owners, latest, writer, lone, earliest = sweep(key, now)
+  local mine = redis.call('HMGET', key, owner .. ':t', owner .. ':x', 'permits')
   if mine[1] then
     local ttl = tonumber(ARGV[2])
     if mine[2] then
@@ -38,18 +43,46 @@ if redis.call('EXISTS', key) == 1 then
     if member ~= '' then redis.call('ZREM', KEYS[3], member) end
     return {1, tonumber(mine[1])}
   end
+  -- Holders that disagree on the number of permits are refused, rather
+  -- than let in beside holders that count differently.
+  if owners > 0 and (mine[3] or '1') ~= permits then
+    return {-1, tonumber(mine[3] or '1')}
+  end
 end
-if owners > 0 and (mode == 'w' or writer) then
+local busy, until_ms = owners > 0 and (mode == 'w' or writer), latest
+if permits ~= '1' then
+  -- One of n permits: busy while n owners hold one; the first to expire frees one.
+  busy, until_ms = owners >= tonumber(permits), earliest
+end
+if busy then
   if member ~= '' then
     local registration = tonumber(ARGV[6])
     redis.call('ZADD', KEYS[3], now + registration, member)
     extend_key(KEYS[3], registration)
   end
-  return {0, latest - now, tonumber(redis.call('GET', KEYS[2])) or 0}
+  return {0, until_ms - now, tonumber(redis.call('GET', KEYS[2])) or 0}
 end
 local token, err = mint(KEYS[2], t, ARGV[8], ARGV[2])
 if not token then return err end
-if owners == 0 and ARGV[4] == '0' then
+if permits ~= '1' and owners == 0 and ARGV[4] == '0' then
+  -- A free permit, no MinHold: the fields permit_fields would give.
+  redis.call('HSET', key, owner .. ':t', token, owner, '1', 'permits', permits, owner .. ':i', identity)
+  redis.call('PEXPIRE', key, ARGV[2])
+elseif permits ~= '1' then
+  -- A permit (see prelude.lua): permit holders join one another as readers do.
+  local ttl, keep = tonumber(ARGV[2]), false
+  if ARGV[4] ~= '0' then keep = now + tonumber(ARGV[4]) end
+  local fields = permit_fields(owner, token, permits, owners > 0 and now + ttl, keep, identity)
+  if lone then
+    table.insert(fields, lone .. ':x'); table.insert(fields, now + redis.call('PTTL', key))
+  end
+  redis.call('HSET', key, unpack(fields))
+  if owners == 0 then
+    redis.call('PEXPIRE', key, ARGV[2])
+  else
+    extend_key(key, ttl)
+  end
+elseif owners == 0 and ARGV[4] == '0' then
   -- The common case: a free key, no MinHold.
   if mode == 'w' then
     redis.call('HSET', key, owner .. ':t', token, 'writer', owner, owner, '1', owner .. ':i', identity)

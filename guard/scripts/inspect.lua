@@ -5,8 +5,11 @@
 -- ARGV[1] 'read' or 'release', ARGV[2] 'PUBLISH' or 'SPUBLISH'
 -- Returns a flat array:
 --   the fencing counter's digits ('' when there is none),
+--   the key's number of permits (prelude.lua's 'permits'; 0 for a free key
+--     or a plain lock),
 --   the number of holders n, then n times: owner, identity ('' when the
---     hold has none), 1 if it is the writer else 0, write count, read
+--     hold has none), 1 if it is the writer or holds a permit (a write
+--     hold) else 0, write count, read
 --     count, fencing token (digits), ms until it expires (-1: the key has
 --     no expiry, which no guard script leaves), ms until its MinHold ends
 --     (0 when none or passed);
@@ -33,7 +36,7 @@ if queue ~= 'none' and queue ~= 'zset' then
 end
 local counter, err = counter_of(KEYS[2])
 if counter == nil then return err end
-local out = {counter or '', 0}
+local out = {counter or '', 0, 0}
 
 if kind == 'hash' then
   local h = redis.call('HGETALL', key)
@@ -51,7 +54,7 @@ if kind == 'hash' then
       local min_left = 0
       if f[o .. ':m'] then min_left = math.max(tonumber(f[o .. ':m']) - now, 0) end
       local w = 0
-      if f.writer == o then w = 1 end
+      if f.writer == o or f.permits then w = 1 end
       out[#out + 1] = o
       out[#out + 1] = f[o .. ':i'] or ''
       out[#out + 1] = w
@@ -63,7 +66,8 @@ if kind == 'hash' then
       n = n + 1
     end
   end
-  out[2] = n
+  out[2] = tonumber(f.permits or '0')
+  out[3] = n
 end
 
 local waiting = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. now, '+inf', 'WITHSCORES')

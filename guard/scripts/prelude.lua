@@ -9,10 +9,17 @@
 --               <owner> is the only owner, whose hold then ends with the key
 --   <owner>:m   MinHold: keep the hold until this server time (ms), even after release
 --   <owner>:i   who holds it (WithIdentity): set with the hold's token, dropped with it
+--   permits     n, for a key whose holds are permits (Permits(n), n > 1): up to
+--               n owners hold one each, each with a write count and no
+--               'writer'; absent for a plain lock (n = 1)
 -- The key's own PEXPIRE is always >= the latest <owner>:x, so a crashed fleet
 -- leaves nothing behind; the per-owner expiry lets one crashed reader free its
 -- share without waiting for the others. A lone owner needs none: the key's
 -- expiry is its own, which spares the common case a clock read and a field.
+-- Permit holders are kept as readers are: each owner its own expiry once a
+-- second one joins, so a crashed holder's permit frees within its TTL.
+-- Owner ids are upper-case base32, so they never collide with 'writer' or
+-- 'permits'.
 --
 -- Numbers handed to redis.call are formatted by the server (with a printf
 -- per number), so values that arrive as strings in ARGV are passed on as
@@ -55,8 +62,9 @@ local function drop_owner(key, o)
 end
 
 -- sweep removes owners whose expiry has passed on the server's clock and
--- returns the number of live owners, the latest expiry, the writer, and
--- the owner whose expiry is the key's (a lone owner; false when none).
+-- returns the number of live owners, the latest expiry, the writer, the
+-- owner whose expiry is the key's (a lone owner; false when none), and the
+-- earliest expiry (when the first permit could free).
 local function sweep(key, now)
   local h = redis.call('HGETALL', key)
   local writer, expiry, owners = false, {}, {}
@@ -73,7 +81,7 @@ local function sweep(key, now)
       end
     end
   end
-  local live, latest, lone, dead = 0, 0, false, {}
+  local live, latest, lone, dead, earliest = 0, 0, false, {}, 0
   for _, o in ipairs(owners) do
     local x = expiry[o] or now + math.max(redis.call('PTTL', key), 0)
     if x <= now then
@@ -81,6 +89,7 @@ local function sweep(key, now)
     else
       live = live + 1
       if x > latest then latest = x end
+      if earliest == 0 or x < earliest then earliest = x end
       if not expiry[o] then lone = o end
     end
   end
@@ -92,7 +101,27 @@ local function sweep(key, now)
     end
   end
   if live == 0 then redis.call('DEL', key) end
-  return live, latest, writer, lone
+  return live, latest, writer, lone, earliest
+end
+
+-- permit_fields returns the fields of owner o's fresh hold of one permit
+-- (acquire.lua, and a grant in set_counts.lua): token, a write count, the
+-- holder's identity and no 'writer'. x is o's expiry (server ms) when other
+-- owners hold permits of the key; false when o holds it alone, whose expiry
+-- is then the key's and whose hold records n, the key's number of permits.
+-- keep is the MinHold end, false for none; identity is what WithIdentity
+-- recorded ('' for none), kept as <owner>:i as every hold keeps it.
+local function permit_fields(o, token, n, x, keep, identity)
+  local f = {o .. ':t', token, o, '1', o .. ':i', identity}
+  if x then
+    f[7], f[8] = o .. ':x', x
+  else
+    f[7], f[8] = 'permits', n
+  end
+  if keep then
+    f[9], f[10] = o .. ':m', keep
+  end
+  return f
 end
 
 local function extend_key(key, ms)

@@ -21,6 +21,12 @@
 -- three name the Locker that should act: the one of the oldest live
 -- registration ('' when none is).
 -- Publishes 'read' when only readers remain after a writer downgraded.
+-- Permits (see prelude.lua): a final release of one permit, while other
+-- owners keep theirs, grants that one permit as a release of the whole key
+-- would: to the oldest live registration if it is a writer that takes
+-- grants for the same number of permits; else it publishes 'free' naming
+-- that registration's Locker. A release that frees no permit (a partial
+-- one, or one kept for MinHold) grants nothing.
 local key, chan, owner = KEYS[1], KEYS[2], ARGV[1]
 local writes, reads, publish = ARGV[2], ARGV[3], ARGV[4]
 local final, marker = writes == '0' and reads == '0', ARGV[5]
@@ -36,21 +42,34 @@ local function clock()
 end
 
 -- grant takes the free key for registration r, whose expiry is at, and
--- reports whether it did.
-local function grant(r, at)
-  local locker, o, kind, ttl, min_hold, fence_ttl, rest = string.match(r, '^(%S+) (%S+) (%a) (%d+) (%d+) (%d+)(.*)$')
+-- reports whether it did. permits is the key's number of permits when
+-- other owners still hold theirs and one is free: only a registration for
+-- as many permits may take it. A registration's kind may carry its number
+-- of permits ('g4') and its identity may follow its six fields.
+local function grant(r, at, permits)
+  local locker, o, kind, n, ttl, min_hold, fence_ttl, rest = string.match(r, '^(%S+) (%S+) (%a)(%d*) (%d+) (%d+) (%d+)(.*)$')
   if kind ~= 'g' then return false end
+  if n == '' then n = '1' end
+  if permits and n ~= permits then return false end
   local identity = string.sub(rest, 2) -- after its space; '' when none
   local left = math.min(tonumber(ttl), at - clock())
   -- A counter of another type is reported to the waiter by its own attempt.
   local token = mint(KEYS[5], t, fence_ttl, ttl)
   if not token then return false end
-  if min_hold == '0' then
+  if n ~= '1' then
+    -- A permit: beside other holders it needs an expiry of its own.
+    local keep = min_hold ~= '0' and now + tonumber(min_hold)
+    redis.call('HSET', key, unpack(permit_fields(o, token, n, permits and now + left, keep, identity)))
+  elseif min_hold == '0' then
     redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity)
   else
     redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity, o .. ':m', now + tonumber(min_hold))
   end
-  redis.call('PEXPIRE', key, left)
+  if permits then
+    extend_key(key, left)
+  else
+    redis.call('PEXPIRE', key, left)
+  end
   redis.call('ZREM', KEYS[3], r)
   redis.call(publish, chan, 'grant ' .. locker .. ' ' .. o .. ' ' .. token)
   return true
@@ -59,14 +78,15 @@ end
 -- notify tells the waiting acquisitions what happened. With none
 -- registered it names nobody, and skips the clock and the queue: a waiter
 -- whose registration a failover or an eviction lost still hears it.
-local function notify(what)
+-- permits is set when one permit of a key still held is free (see grant).
+local function notify(what, permits)
   if redis.call('EXISTS', KEYS[3]) == 0 then
     redis.call(publish, chan, what .. ' ')
     return
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', clock())
   local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-  if first[1] and what == 'free' and grant(first[1], tonumber(first[2])) then return end
+  if first[1] and what == 'free' and grant(first[1], tonumber(first[2]), permits) then return end
   local next = first[1] and string.match(first[1], '^%S+') or ''
   redis.call(publish, chan, what .. ' ' .. next)
 end
@@ -79,7 +99,8 @@ if not token or (x and tonumber(x) <= clock()) then
   if redis.call('EXISTS', key) == 1 and sweep(key, clock()) > 0 then return -1 end
   return 0
 end
-if writes ~= '0' and writer ~= owner then return -1 end
+-- A permit holder writes without being the key's 'writer' (see prelude.lua).
+if writes ~= '0' and writer ~= owner and not redis.call('HGET', key, 'permits') then return -1 end
 if not final then
   if writes ~= '0' then
     redis.call('HSET', key, owner, writes)
@@ -119,8 +140,16 @@ if writer == owner then
 else
   redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m', owner .. ':i')
 end
+-- Only a key without a writer can be one of permits.
+local permits = writer ~= owner and redis.call('HGET', key, 'permits')
+if permits and redis.call('HLEN', key) == 1 then
+  redis.call('DEL', key) -- no owner left, only their number of permits
+end
 if redis.call('EXISTS', key) == 0 then
   notify('free')
+elseif permits then
+  -- One permit freed while others keep theirs: it goes to one waiter.
+  notify('free', permits)
 else
   -- Others still hold it; the first waiter re-reads how long they may.
   notify('held')
