@@ -290,6 +290,7 @@ func TestClusterFailoverNeverTwoOwners(t *testing.T) {
 	kept := renewedAfter(ctx, tl, "holder", moved, held)
 
 	var first acquisition
+	var releasedAt time.Time // when the holder began its release, if it kept the lease
 	select {
 	case first = <-rivalGot:
 		defer drain(t, lateGot, stopRace)
@@ -299,6 +300,7 @@ func TestClusterFailoverNeverTwoOwners(t *testing.T) {
 		if _, ended := held.endedBy(time.Now()); !ended {
 			// Kept on the promoted replica: the others wait for the release.
 			tl.mark("holder kept its lease; releases it")
+			releasedAt = time.Now()
 			mustRelease(t, le)
 		}
 		select {
@@ -312,7 +314,10 @@ func TestClusterFailoverNeverTwoOwners(t *testing.T) {
 		t.Fatalf("after the failover no Locker acquired %s: %v", name, first.err)
 	}
 	defer mustRelease(t, first.le)
-	if endedAt, ok := held.endedBy(first.at); !ok {
+	// An acquisition after the holder began to release is a hand-off: the
+	// lease watcher may record the end a moment after the release let the
+	// next owner in.
+	if endedAt, ok := held.endedBy(first.at); !ok && (releasedAt.IsZero() || !first.at.After(releasedAt)) {
 		t.Fatalf("another Locker acquired %s %v after the SIGKILL while the holder's lease was live (ended: %v)",
 			name, first.at.Sub(killed), endedAt)
 	}
