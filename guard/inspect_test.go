@@ -84,8 +84,8 @@ func TestInspectDefaultIdentity(t *testing.T) {
 	le := mustAcquire(t, t.Context(), l, "who")
 	defer mustRelease(t, le)
 	host, err := os.Hostname()
-	if err != nil {
-		t.Skip(err)
+	if err != nil || host == "" {
+		host = "unknown-host" // what WithIdentity's default falls back to
 	}
 	want := fmt.Sprintf("%s/%d", host, os.Getpid())
 	if st := inspect(t, l, "who"); len(st.Holders) != 1 || st.Holders[0].Identity != want {
