@@ -46,12 +46,22 @@
 //
 // # Redis
 //
-// Redis guards data keys: Set and Del each run one script that compares the
-// writer's token with the last one stored beside the key (in the same
-// Cluster slot), refuse a lower one, and otherwise write and record the
-// token.
+// Redis guards data keys: Set, Del and Get each run one script that
+// compares the caller's token with the last one stored beside the key (in
+// the same Cluster slot), refuse a lower one, and otherwise record the token
+// and write (or read).
 //
 //	err := f.Set(ctx, "report:today", body, token, 24*time.Hour)
+//
+// A read-modify-write reads with Get: it records the token before the
+// read, so no older holder can write between the read and the Set. Fencing
+// the write alone is not enough there: an older holder that wakes from a
+// pause can write after the newer holder's plain read, both writes are
+// accepted, and the newer one silently overwrites the older one's update.
+//
+//	old, _, err := f.Get(ctx, "counter", token)
+//	// ... compute next from old ...
+//	err = f.Set(ctx, "counter", next, token, 0)
 //
 // # When Check says stale
 //

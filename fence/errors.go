@@ -19,7 +19,7 @@ var (
 	ErrInvalid = errors.New("fence: invalid argument")
 )
 
-// StaleError is the error Check, Set and Del return when the resource has
+// StaleError is the error Check, Set, Del and Get return when the resource has
 // accepted a higher token than Token. It matches ErrStale with errors.Is.
 type StaleError struct {
 	Resource string // the SQL resource name or the Redis key

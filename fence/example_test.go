@@ -8,6 +8,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -105,4 +106,31 @@ func ExampleRedis_Set() {
 	// token 7: fence: stale token 7 for "report:today": it has accepted token 8
 	// delete with token 7: fence: stale token 7 for "report:today": it has accepted token 8
 	// from the new holder
+}
+
+// A read-modify-write of a counter: the newer holder reads with Get, which
+// records its token, so the paused older holder's increment, written
+// between that read and the newer holder's Set, is refused instead of being
+// overwritten unseen.
+func ExampleRedis_Get() {
+	m, err := miniredis.Run() // an embedded Redis, so the example runs anywhere
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+
+	f := fence.NewRedis(client)
+	_ = f.Set(ctx, "visits", 41, 7, 0)
+	old, _, err := f.Get(ctx, "visits", 8) // the newer holder reads
+	fmt.Println("read with token 8:", string(old), err)
+	fmt.Println("token 7 writes 42:", f.Set(ctx, "visits", 42, 7, 0))
+	n, _ := strconv.Atoi(string(old))
+	fmt.Println("token 8 writes", n+1, f.Set(ctx, "visits", n+1, 8, 0))
+	// Output:
+	// read with token 8: 41 <nil>
+	// token 7 writes 42: fence: stale token 7 for "visits": it has accepted token 8
+	// token 8 writes 42 <nil>
 }

@@ -18,19 +18,28 @@ var (
 	setLua string
 	//go:embed scripts/del.lua
 	delLua string
+	//go:embed scripts/get.lua
+	getLua string
 
 	setScript = redis.NewScript(preludeLua + setLua)
 	delScript = redis.NewScript(preludeLua + delLua)
+	getScript = redis.NewScript(preludeLua + getLua)
 )
 
 // tokenPrefix starts the name of the key that keeps a data key's last
 // token.
 const tokenPrefix = "fence:"
 
-// Redis fences data keys in Redis: Set and Del each run one script that
-// compares the writer's token with the last token accepted for the key,
-// stored beside it, refuses a lower one with ErrStale, and otherwise writes
-// and records the token. A Redis is safe for concurrent use.
+// Redis fences data keys in Redis: Set, Del and Get each run one script
+// that compares the caller's token with the last token accepted for the
+// key, stored beside it, refuses a lower one with ErrStale, and otherwise
+// records the token and writes (or reads). A Redis is safe for concurrent
+// use.
+//
+// A read-modify-write reads with Get, not a plain GET: fencing the write
+// alone lets a paused holder with an older token write between a newer
+// holder's read and its Set, and the newer Set then overwrites that write
+// unseen, a lost update that no token check catches.
 //
 // The token of key K lives at "fence:K" when K has a hash tag ({...}), and
 // at "fence:{K}" otherwise: in K's Cluster slot either way. A key without a
@@ -41,7 +50,7 @@ type Redis struct {
 }
 
 // NewRedis returns a fence on client: a standalone, Sentinel (failover) or
-// Cluster client. Set and Del return an error matching ErrInvalid if client
+// Cluster client. Set, Del and Get return an error matching ErrInvalid if client
 // is nil.
 func NewRedis(client redis.UniversalClient) *Redis {
 	return &Redis{client: client}
@@ -91,7 +100,40 @@ func (f *Redis) Del(ctx context.Context, key string, token int64) error {
 	return outcome("del", key, token, res, err)
 }
 
-// check validates the arguments of Set and Del and returns the name of
+// Get returns key's value for a holder of token that will write it back:
+// it refuses a token lower than the last one accepted for key with a
+// *StaleError (matching ErrStale), and otherwise records token as the key's
+// last one, in the same script as the read. While that record lives, no
+// writer with a lower token can change key, so a value read here is the
+// value a Set with token replaces, unless a newer token wrote in between,
+// in which case that Set is refused. found is false when key has no value.
+//
+// The record is kept as Set and Del keep it: at least as long as the value
+// (for good when the value has no expiry), never shortened; reading a key
+// with no value and no record yet records the token for good. A value about
+// to expire therefore protects the read-modify-write only that long, as
+// with Set: give keys that fenced writers read and write a TTL longer than
+// any writer could be paused, or none.
+func (f *Redis) Get(ctx context.Context, key string, token int64) (value []byte, found bool, err error) {
+	tk, err := f.check(ctx, key, token)
+	if err != nil {
+		return nil, false, err
+	}
+	res, err := getScript.Run(ctx, f.client, []string{key, tk}, strconv.FormatInt(token, 10)).Slice()
+	if err == nil && len(res) == 3 {
+		if applied, _ := res[0].(int64); applied == 1 {
+			switch v := res[2].(type) {
+			case nil:
+				return nil, false, nil
+			case string:
+				return []byte(v), true, nil
+			}
+		}
+	}
+	return nil, false, outcome("get", key, token, res, err)
+}
+
+// check validates the arguments of Set, Del and Get and returns the name of
 // key's token key.
 func (f *Redis) check(ctx context.Context, key string, token int64) (string, error) {
 	switch {
@@ -107,8 +149,8 @@ func (f *Redis) check(ctx context.Context, key string, token int64) (string, err
 	return tokenKey(key)
 }
 
-// outcome turns a script's reply {applied, token} into Set's or Del's
-// result.
+// outcome turns a script's reply {applied, token} into Set's, Del's or
+// Get's result.
 func outcome(op, key string, token int64, res []any, err error) error {
 	if err != nil {
 		return fmt.Errorf("fence: %s %q with token %d: %w", op, key, token, err)

@@ -32,6 +32,17 @@ func redisTopologies(t *testing.T, test func(t *testing.T, client, admin redis.U
 // Keys with and without a hash tag, spread over the Cluster's masters.
 var redisKeys = []string{"report", "user:{42}:profile", "a{b", "{tagged}", "x", "y", "z"}
 
+// pttlOf returns key's PTTL as the server reports it (-1: no expiry, -2:
+// no key).
+func pttlOf(t *testing.T, admin redis.UniversalClient, key string) time.Duration {
+	t.Helper()
+	d, err := admin.PTTL(t.Context(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 func get(t *testing.T, admin redis.UniversalClient, key string) string {
 	t.Helper()
 	v, err := admin.Get(t.Context(), key).Result()
@@ -122,14 +133,7 @@ func TestRedisTokenOutlivesValue(t *testing.T) {
 	admin := s.Client(t)
 	f := fence.NewRedis(s.Client(t))
 	ctx := t.Context()
-	pttl := func(key string) time.Duration {
-		t.Helper()
-		d, err := admin.PTTL(ctx, key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	pttl := func(key string) time.Duration { return pttlOf(t, admin, key) }
 	const tk = "fence:{k}" // the documented token key of k
 
 	if err := f.Set(ctx, "k", "a", 1, time.Hour); err != nil {
@@ -246,6 +250,10 @@ func TestRedisBadInput(t *testing.T) {
 		if !errors.Is(err, fence.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Del with %s: %v, want ErrInvalid saying %q", c.name, err, c.want)
 		}
+		v, found, err := c.f.Get(c.ctx, c.key, c.token)
+		if !errors.Is(err, fence.ErrInvalid) || !strings.Contains(err.Error(), c.want) || found || v != nil {
+			t.Errorf("Get with %s: %q, %v, %v, want ErrInvalid saying %q", c.name, v, found, err, c.want)
+		}
 	}
 
 	// A token key that holds something else is an error, not a refusal.
@@ -257,5 +265,8 @@ func TestRedisBadInput(t *testing.T) {
 	admin.HSet(ctx, "fence:{hash}", "f", "v")
 	if err := f.Del(ctx, "hash", 1); err == nil || errors.Is(err, fence.ErrStale) || !strings.Contains(err.Error(), "WRONGTYPE") {
 		t.Errorf("Del beside a hash: %v, want WRONGTYPE", err)
+	}
+	if _, _, err := f.Get(ctx, "junk", 1); err == nil || errors.Is(err, fence.ErrStale) || !strings.Contains(err.Error(), "not a fencing token") {
+		t.Errorf("Get beside a junk token: %v, want an error saying so", err)
 	}
 }
