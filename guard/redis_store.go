@@ -170,10 +170,10 @@ func (s *redisStore) openFeed(ctx context.Context, channel string) (feed, bool) 
 	if s.cluster != nil {
 		// A Cluster PubSub connects to the node of its first channel.
 		ps := s.client.SSubscribe(ctx, channel)
-		return &redisFeed{ps: ps, msgs: ps.ChannelWithSubscriptions(), sharded: true}, true
+		return newRedisFeed(ps, true), true
 	}
 	ps := s.client.Subscribe(ctx)
-	return &redisFeed{ps: ps, msgs: ps.ChannelWithSubscriptions()}, false
+	return newRedisFeed(ps, false), false
 }
 
 func (s *redisStore) refresh(ctx context.Context) {
@@ -256,48 +256,6 @@ func hashSlot(key string) int {
 	}
 	return int(crc) % 16384
 }
-
-// redisFeed is a PubSub connection; sharded (SSUBSCRIBE) on Cluster.
-type redisFeed struct {
-	ps      *redis.PubSub
-	msgs    <-chan any
-	sharded bool
-}
-
-func (f *redisFeed) subscribe(ctx context.Context, channel string) error {
-	if f.sharded {
-		return f.ps.SSubscribe(ctx, channel)
-	}
-	return f.ps.Subscribe(ctx, channel)
-}
-
-func (f *redisFeed) unsubscribe(ctx context.Context, channel string) error {
-	if f.sharded {
-		return f.ps.SUnsubscribe(ctx, channel)
-	}
-	return f.ps.Unsubscribe(ctx, channel)
-}
-
-func (f *redisFeed) read(confirmed, dropped func(string), message func(channel, payload string)) {
-	for m := range f.msgs {
-		switch m := m.(type) {
-		case *redis.Subscription:
-			switch m.Kind {
-			case "subscribe", "ssubscribe":
-				confirmed(m.Channel)
-			case "sunsubscribe":
-				// Also sent by Redis on its own when the channel's slot
-				// leaves the node (a failover, a resharding); go-redis
-				// keeps the connection, so nothing would come any more.
-				dropped(m.Channel)
-			}
-		case *redis.Message:
-			message(m.Channel, m.Payload)
-		}
-	}
-}
-
-func (f *redisFeed) close() error { return f.ps.Close() }
 
 // ms converts d to whole milliseconds for a script, rounding a positive
 // duration below 1ms up so that it does not read as "none".

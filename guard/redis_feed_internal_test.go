@@ -1,0 +1,259 @@
+package guard
+
+import (
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobguard/jobguard/internal/faultproxy"
+	"github.com/jobguard/jobguard/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// feedLog collects what a feed's reader reports.
+type feedLog struct {
+	mu        sync.Mutex
+	confirmed int
+	messages  []string
+	changed   chan struct{}
+}
+
+func newFeedLog() *feedLog { return &feedLog{changed: make(chan struct{}, 1)} }
+
+func (g *feedLog) confirm(string) { g.note(func() { g.confirmed++ }) }
+
+func (g *feedLog) message(_, payload string) {
+	g.note(func() { g.messages = append(g.messages, payload) })
+}
+
+func (g *feedLog) note(f func()) {
+	g.mu.Lock()
+	f()
+	g.mu.Unlock()
+	select {
+	case g.changed <- struct{}{}:
+	default:
+	}
+}
+
+// await waits until cond holds of the log.
+func (g *feedLog) await(t *testing.T, what string, cond func(g *feedLog) bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		g.mu.Lock()
+		ok := cond(g)
+		g.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-g.changed:
+		case <-deadline:
+			t.Fatalf("feed: no %s within 10s", what)
+		}
+	}
+}
+
+// startFeed opens a feed on channel through a store on addr and runs its
+// reader until the test ends; done is closed when the reader returns.
+func startFeed(t *testing.T, addr, channel string) (rf *redisFeed, log *feedLog, done <-chan struct{}) {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = client.Close() })
+	s := newRedisStore(client, 0, 0)
+	f, subscribed := s.openFeed(t.Context(), channel)
+	rf = f.(*redisFeed)
+	if !subscribed {
+		if err := rf.subscribe(t.Context(), channel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log = newFeedLog()
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		rf.read(log.confirm, func(string) {}, log.message)
+	}()
+	t.Cleanup(func() {
+		_ = rf.close()
+		<-exited
+	})
+	return rf, log, exited
+}
+
+// A subscription that carries nothing for feedIdle is pinged, and still
+// delivers afterwards: the reader's own health check (go-redis's channel,
+// which did it before, is not used).
+func TestFeedPingsWhenIdle(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	_, log, _ := startFeed(t, srv.Addr(), "feed-idle")
+	log.await(t, "subscription", func(g *feedLog) bool { return g.confirmed == 1 })
+	pingsBefore := commandCalls(t, admin, "ping")
+	time.Sleep(feedIdle + feedIdle/2)
+	if got := commandCalls(t, admin, "ping") - pingsBefore; got < 1 {
+		t.Fatalf("%d pings after %v of silence, want at least 1", got, feedIdle+feedIdle/2)
+	}
+	if err := admin.Publish(t.Context(), "feed-idle", "after-ping").Err(); err != nil {
+		t.Fatal(err)
+	}
+	log.await(t, "message after the ping", func(g *feedLog) bool {
+		return len(g.messages) == 1 && g.messages[0] == "after-ping"
+	})
+}
+
+// A message that arrives in two parts, far apart, is still delivered whole:
+// the reader has no read deadline that could expire between the parts and
+// leave the rest of the message to be parsed as one of its own.
+func TestFeedMessageSplitAcrossIdle(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	proxy := newSplittingProxy(t, srv.Addr(), "split-1", feedIdle+feedIdle/3)
+	_, log, _ := startFeed(t, proxy, "feed-split")
+	log.await(t, "subscription", func(g *feedLog) bool { return g.confirmed == 1 })
+	for _, payload := range []string{"split-1", "after"} {
+		if err := admin.Publish(t.Context(), "feed-split", payload).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log.await(t, "both messages", func(g *feedLog) bool { return len(g.messages) == 2 })
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if log.messages[0] != "split-1" || log.messages[1] != "after" || log.confirmed != 1 {
+		t.Fatalf("messages %q, %d confirmations; want split-1, after and one confirmation", log.messages, log.confirmed)
+	}
+}
+
+// newSplittingProxy relays one client connection to addr and back, except
+// that a chunk from the server containing marker is sent in two halves
+// with gap between them. It returns the proxy's address.
+func newSplittingProxy(t *testing.T, addr, marker string, gap time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	track := func(c net.Conn) {
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+	}
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", addr)
+			if err != nil {
+				_ = client.Close()
+				return
+			}
+			track(client)
+			track(server)
+			wg.Go(func() { _, _ = io.Copy(server, client) })
+			wg.Go(func() {
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := server.Read(buf)
+					if err != nil {
+						return
+					}
+					chunk := buf[:n]
+					if i := strings.Index(string(chunk), marker); i >= 0 {
+						if _, err := client.Write(chunk[:i]); err != nil {
+							return
+						}
+						time.Sleep(gap)
+						chunk = chunk[i:]
+					}
+					if _, err := client.Write(chunk); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	return ln.Addr().String()
+}
+
+// A cut connection is replaced and its channels subscribed again; the new
+// confirmation is reported, so that waiters can retry in case a release was
+// missed, and messages flow again.
+func TestFeedResubscribesAfterCut(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := faultproxy.New(t, srv.Addr())
+	admin := srv.Client(t)
+	_, log, _ := startFeed(t, proxy.Addr(), "feed-cut")
+	log.await(t, "subscription", func(g *feedLog) bool { return g.confirmed == 1 })
+	proxy.CutAll()
+	log.await(t, "second confirmation", func(g *feedLog) bool { return g.confirmed >= 2 })
+	if err := admin.Publish(t.Context(), "feed-cut", "after-cut").Err(); err != nil {
+		t.Fatal(err)
+	}
+	log.await(t, "message after the cut", func(g *feedLog) bool {
+		return len(g.messages) == 1 && g.messages[0] == "after-cut"
+	})
+}
+
+// A feed whose server is gone keeps retrying at feedRetry, not in a tight
+// loop, and its reader returns at once when it is closed.
+func TestFeedCloseWhileServerDown(t *testing.T) {
+	srv := redistest.Start(t)
+	rf, log, done := startFeed(t, srv.Addr(), "feed-down")
+	log.await(t, "subscription", func(g *feedLog) bool { return g.confirmed == 1 })
+	srv.Kill(t)
+	time.Sleep(3 * feedRetry)
+	start := time.Now()
+	if err := rf.close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reader still runs 5s after close")
+	}
+	// It must not wait out its retry pause, let alone a dial timeout.
+	if d := time.Since(start); d >= feedRetry {
+		t.Fatalf("the reader returned %v after close", d)
+	}
+}
+
+// commandCalls returns how many times the server ran command, by INFO
+// commandstats.
+func commandCalls(t *testing.T, c *redis.Client, command string) int {
+	t.Helper()
+	stats, err := c.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := "cmdstat_" + command + ":calls="
+	for line := range strings.Lines(stats) {
+		if rest, ok := strings.CutPrefix(line, prefix); ok {
+			digits, _, _ := strings.Cut(rest, ",")
+			n, err := strconv.Atoi(digits)
+			if err != nil {
+				t.Fatalf("commandstats line %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	return 0
+}
