@@ -108,8 +108,8 @@ func (hb *heartbeat) schedule() {
 		now := hb.clock.Now()
 		lost, batch := hb.queue.take(now)
 		hb.pending = append(hb.pending, batch...)
-		next := hb.queue.next(now)
-		hb.wakeAt = now.Add(next)
+		wake := now.Add(hb.queue.next(now))
+		hb.wakeAt = wake
 		hb.mu.Unlock()
 
 		if len(batch) > 0 {
@@ -118,7 +118,10 @@ func (hb *heartbeat) schedule() {
 		if len(lost) > 0 {
 			hb.endAll(lost, overdue)
 		}
-		timer.Reset(next)
+		// Armed for the instant the next hold is due, not for a duration
+		// measured before endAll: canceling many holds takes a while, and
+		// the next stop time must not be kept that much late.
+		timer.Reset(max(wake.Sub(hb.clock.Now()), 0))
 		select {
 		case <-timer.C():
 		case <-hb.poke:

@@ -114,8 +114,10 @@ func (hb *heartbeat) renewBatch(batch []*hold) {
 	for i, h := range batch {
 		results[i].err = redisError(h.key, results[i].err)
 	}
-	failed, lost, causes := hb.apply(batch, results, sent)
-	signal(hb.poke)
+	failed, lost, causes, early := hb.apply(batch, results, sent)
+	if early {
+		signal(hb.poke)
+	}
 
 	hb.endAll(lost, func(h *hold) error { return causes[h] })
 	hb.report(func() {
@@ -145,11 +147,14 @@ type failedRenewal struct {
 
 // apply records the answers to a pipeline sent at sent: it moves the safe
 // end of renewed holds, schedules retries of failed ones and unschedules
-// the lost ones, which it returns with their causes for endAll.
-func (hb *heartbeat) apply(batch []*hold, results []renewReply, sent time.Time) ([]failedRenewal, []*hold, map[*hold]error) {
-	var failed []failedRenewal
-	var lost []*hold
-	causes := make(map[*hold]error)
+// the lost ones, which it returns with their causes for endAll. early
+// reports a hold now due before the time the scheduler sleeps until, which
+// must wake it, as add does. Waking it otherwise would split the next
+// holds to come due into a batch per answer: it takes every hold whose
+// window has opened when it wakes, and an answer comes back while the next
+// holds' windows are still opening.
+func (hb *heartbeat) apply(batch []*hold, results []renewReply, sent time.Time) (failed []failedRenewal, lost []*hold, causes map[*hold]error, early bool) {
+	causes = make(map[*hold]error)
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
 	now := hb.clock.Now()
@@ -168,9 +173,10 @@ func (hb *heartbeat) apply(batch []*hold, results []renewReply, sent time.Time) 
 			fallthrough
 		default:
 			heap.Fix(&hb.queue, h.index)
+			early = early || h.due().Before(hb.wakeAt)
 		}
 	}
-	return failed, lost, causes
+	return failed, lost, causes, early
 }
 
 func renewArgsOf(batch []*hold) []renewArgs {
