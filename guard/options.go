@@ -31,7 +31,7 @@ type config struct {
 
 // WithTTL sets the lease TTL: how long a hold survives in Redis without a
 // renewal, and so how long a crashed holder can block the key.
-// Default: 30s. Must be positive.
+// Default: 30s. Must be positive, and at most 100 years.
 func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 
 // WithRenewInterval sets how often the heartbeat renews a held lease.
@@ -168,7 +168,8 @@ func Wait(d time.Duration) LockOption {
 
 // TTL overrides the Locker's TTL for this lease; the renew interval, stop
 // grace and request timeout are scaled with it. It applies to a fresh
-// acquisition; a re-entry keeps the outer hold's TTL. Must be positive.
+// acquisition; a re-entry keeps the outer hold's TTL. Must be positive, and
+// at most 100 years.
 func TTL(d time.Duration) LockOption { return func(c *lockConfig) { c.ttl = d } }
 
 // MinHold keeps the key held until at least d after the acquisition, even

@@ -11,6 +11,10 @@ type timing struct {
 	ttl, interval, grace, timeout time.Duration
 }
 
+// maxTTL is the longest TTL: twice it (a waiter's registration) still fits
+// in a time.Duration, and so does every duration derived from it.
+const maxTTL = 100 * 365 * 24 * time.Hour
+
 // newTiming validates a schedule: a renewal sent at the interval must be
 // able to time out and still leave the stop grace before the lease's safe
 // end (client-go's leader election checks the same kind of inequality).
@@ -19,6 +23,8 @@ func newTiming(ttl, interval, grace, timeout time.Duration) (timing, error) {
 	switch {
 	case ttl <= 0:
 		return t, fmt.Errorf("%w: TTL %v must be positive", ErrInvalid, ttl)
+	case ttl > maxTTL:
+		return t, fmt.Errorf("%w: TTL %v exceeds the longest supported, %v", ErrInvalid, ttl, maxTTL)
 	case interval <= 0 || interval >= ttl:
 		return t, fmt.Errorf("%w: renew interval %v must be positive and less than the TTL %v", ErrInvalid, interval, ttl)
 	case grace < 0 || grace >= ttl:
@@ -26,7 +32,9 @@ func newTiming(ttl, interval, grace, timeout time.Duration) (timing, error) {
 	case timeout <= 0:
 		return t, fmt.Errorf("%w: request timeout %v must be positive", ErrInvalid, timeout)
 	}
-	if budget := ttl - t.drift(); interval+timeout+grace > budget {
+	// Compared term by term: the sum of three long durations overflows.
+	// Each term is >= 0 here, so budget-interval-timeout cannot overflow.
+	if budget := ttl - t.drift(); interval > budget || timeout > budget-interval || grace > budget-interval-timeout {
 		return t, fmt.Errorf("%w: renew interval %v + request timeout %v + stop grace %v exceed TTL %v - drift %v",
 			ErrInvalid, interval, timeout, grace, ttl, t.drift())
 	}
