@@ -18,7 +18,10 @@
 // Lease, not lock: every hold has a TTL (WithTTL, default 30s) kept in Redis,
 // so a holder that crashes frees the key within its TTL. While a lease is
 // held, one heartbeat per Locker renews it every RenewInterval (default
-// TTL/3), batching the renewals of all its leases into a few pipelines.
+// TTL/3), batching the renewals of all its leases into a few pipelines:
+// leases whose renewals come due within a tenth of the interval of each
+// other share one pipeline, sent as one request to each Cluster master
+// that serves some of them.
 //
 // Told before it can be lost: for every acquisition and renewal the client
 // records the monotonic time just before the request went out. The lease
@@ -46,7 +49,8 @@
 // the goroutine.
 //
 // Waiting without polling: a waiter sleeps until a release is published on
-// the lock's channel (one subscription per Locker) or, if a holder crashed
+// the lock's channel (one subscription per Locker; on Cluster, one per
+// hash slot waited on) or, if a holder crashed
 // and will never publish, until the key's remaining TTL has passed (see
 // Waiting below).
 //
@@ -183,9 +187,11 @@
 //
 // A Locker runs two heartbeat goroutines from New until Close, up to two
 // goroutines that carry requests (started on first use), and one
-// subscription connection while any acquisition waits (one per master on a
-// quorum, where each request to a master also runs on a goroutine of its
-// own). Close cancels the
+// subscription connection while any acquisition waits (on Cluster, one per
+// hash slot with waiting acquisitions, since go-redis resubscribes a
+// connection's channels in one SSUBSCRIBE, which must not cross slots; one
+// per master on a quorum, where each request to a master also runs on a
+// goroutine of its own). Close cancels the
 // contexts of the leases it still holds (cause ErrClosed), keeps renewing
 // them while their jobs return and release them, for up to WithCloseTimeout
 // (default: the TTL), and leaves any still held then to expire in Redis: it

@@ -16,6 +16,13 @@ import (
 // clusterSlots is the number of hash slots of a Redis Cluster.
 const clusterSlots = 16384
 
+// clusterReadyTimeout bounds creating a Cluster: joining its nodes and
+// waiting until every node sees every slot covered. Gossip takes a second
+// or two on a quiet machine, and several times that while other test
+// binaries load both cores (it took over 10s under go test -race -count=3
+// of four packages at once).
+const clusterReadyTimeout = 30 * time.Second
+
 // failoverTimeout bounds how long WaitFailover waits, on a Cluster or a
 // Sentinel set, for a failover to finish and every live node to agree.
 const failoverTimeout = 20 * time.Second
@@ -104,7 +111,7 @@ func startCluster(t testing.TB, replicas int, args []string) *Cluster {
 			t.Logf("redistest: cluster logs:\n%s", c.logTails())
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), clusterReadyTimeout)
 	defer cancel()
 	if err := c.join(ctx); err != nil {
 		t.Fatalf("redistest: create cluster: %v\n%s", err, c.logTails())
