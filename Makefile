@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: test redis fmt-check vet bench
+.PHONY: test redis fmt-check vet bench chaos
 
 test: redis fmt-check vet
 	$(GO) test -race -count=1 -timeout 15m ./...
@@ -47,3 +47,26 @@ bench: redis
 	cd bench && $(GO) run ./cmd/bench -out results.json && \
 		$(GO) run ./cmd/charts -in results.json -dir . && \
 		$(GO) run ./cmd/report -in results.json -out RESULTS.md
+
+# The fault-injection suite (internal/chaos, internal/soak, the fuzz
+# targets), about seven minutes on 2 cores, loopback only, and every part
+# stops by itself. It writes chaos-report/ (the suite's report and the
+# workers' histories, the soak's section, the fuzz logs) and RELIABILITY.md
+# from them. SEED picks the fault schedule; FUZZTIME bounds each fuzz target.
+SEED ?= 15
+FUZZTIME ?= 20s
+CHAOS_DIR = $(CURDIR)/chaos-report
+
+chaos: redis
+	rm -rf $(CHAOS_DIR) && mkdir -p $(CHAOS_DIR)
+	$(GO) test -race -count=1 -timeout 15m -run '^TestChaos$$' ./internal/chaos/ \
+		-args -chaos.profile=full -chaos.seed=$(SEED) -chaos.out=$(CHAOS_DIR)
+	$(GO) test -race -count=1 -timeout 10m -run '^TestSoak$$' ./internal/soak/ \
+		-soak.leases 10000 -soak.duration 60s -soak.out $(CHAOS_DIR)/soak.md
+	@set -e; for t in FuzzKey@guard FuzzOptions@guard FuzzIdempotencyKey@httpguard; do \
+		target=$${t%@*}; pkg=$${t#*@}; log=$(CHAOS_DIR)/fuzz-$$t.log; \
+		echo "$(GO) test -run '^$$' -fuzz '^$$target$$' -fuzztime $(FUZZTIME) ./$$pkg/"; \
+		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) ./$$pkg/ >$$log 2>&1 || { cat $$log; exit 1; }; \
+		tail -n 3 $$log; \
+	done
+	$(GO) run ./internal/chaos/cmd/reliability -dir $(CHAOS_DIR) -out RELIABILITY.md

@@ -1,0 +1,179 @@
+package chaos_test
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobguard/jobguard/internal/chaos"
+	"github.com/jobguard/jobguard/internal/redistest"
+)
+
+var (
+	seedFlag    = flag.Uint64("chaos.seed", 15, "seed of the fault schedule")
+	profileFlag = flag.String("chaos.profile", "slice", "slice (a fixed-seed slice of every scenario, under a minute) or full (several faults of each kind)")
+	outFlag     = flag.String("chaos.out", "", "directory to write report.json, report.md and the histories to (relative to the package directory)")
+	// writeFenceOnlyFlag shows why the workers fence their reads: with
+	// only the write fenced, a stale holder's write can land between a
+	// newer holder's read and write, and the run is expected to fail.
+	writeFenceOnlyFlag = flag.Bool("chaos.write-fence-only", false, "fence only the write of each read-modify-write (a demonstration: expect violations)")
+)
+
+// Why a fault kind is one where only fencing protects the data.
+const (
+	whyPause     = "a stopped process runs no code, so nothing can tell it in time"
+	whyNoAOF     = "a restart without persistence forgets the lease"
+	whyNoAck     = "a failover without replica ack can forget the lease"
+	whyEmptyNode = "a master restarted empty can grant the key again"
+)
+
+// scenario is one topology with its faults.
+type scenario struct {
+	name string
+	run  func(t *testing.T, p profile, seed uint64) []*chaos.Result
+}
+
+var scenarios = []scenario{
+	{"standalone", runStandalone},
+	{"standalone-aof", runStandaloneAOF},
+	{"sentinel", runSentinel},
+	{"cluster", runCluster},
+	{"redlock", runQuorum},
+}
+
+// TestChaos runs every scenario under the profile chosen with
+// -chaos.profile and fails on any violation, any lease loss told late
+// where the lock must tell in time, any history that cannot be checked
+// and any worker that died unexpectedly.
+func TestChaos(t *testing.T) {
+	p, ok := profiles[*profileFlag]
+	if !ok {
+		t.Fatalf("-chaos.profile=%q: want slice or full", *profileFlag)
+	}
+	seed := *seedFlag
+	fmt.Fprintf(os.Stderr, "chaos: profile %s, seed %d (rerun with -chaos.seed=%d)\n", p.name, seed, seed)
+	start := time.Now()
+	var mu sync.Mutex
+	var results []*chaos.Result
+	t.Run("scenarios", func(t *testing.T) {
+		for _, sc := range scenarios {
+			t.Run(sc.name, func(t *testing.T) {
+				if p.parallel {
+					t.Parallel()
+				}
+				rs := sc.run(t, p, seed)
+				mu.Lock()
+				defer mu.Unlock()
+				results = append(results, rs...)
+			})
+		}
+	})
+	slices.SortFunc(results, func(a, b *chaos.Result) int { return strings.Compare(a.Scenario, b.Scenario) })
+	rep := &chaos.Report{
+		Date: start, Machine: uname(), CPUs: runtime.NumCPU(), Seed: seed, Profile: p.name,
+		Command: command(p, seed), Args: os.Args[1:], WriteFenceOnly: *writeFenceOnlyFlag,
+		Duration: time.Since(start), Window: window, Results: results,
+	}
+	for _, r := range results {
+		rep.Failures = append(rep.Failures, r.Failures()...)
+	}
+	if t.Failed() && len(rep.Failures) == 0 {
+		rep.Failures = append(rep.Failures, "a scenario failed before its check (see the test log)")
+	}
+	if *outFlag != "" {
+		if err := chaos.WriteReport(*outFlag, rep); err != nil {
+			t.Errorf("write the report: %v", err)
+		}
+	}
+	t.Logf("\n%s", chaos.Markdown(rep))
+}
+
+func uname() string {
+	out, err := exec.Command("uname", "-a").Output()
+	if err != nil {
+		return runtime.GOOS + "/" + runtime.GOARCH
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func command(p profile, seed uint64) string {
+	c := fmt.Sprintf("go test -race -count=1 -timeout 15m -run '^TestChaos$' ./internal/chaos/ -args -chaos.profile=%s -chaos.seed=%d", p.name, seed)
+	if *outFlag != "" {
+		c += " -chaos.out=" + *outFlag
+	}
+	if *writeFenceOnlyFlag {
+		c += " -chaos.write-fence-only"
+	}
+	return c
+}
+
+// plan is the scenario's schedule: each kind p.each times.
+func plan(p profile, seed uint64, name string, kinds ...string) []chaos.Step {
+	return chaos.Plan(seed, name, kinds, p.each, 700*time.Millisecond, 1500*time.Millisecond, 3*ttl/2, 5*ttl/2)
+}
+
+// Standalone faults.
+const (
+	kindPause     = "holder SIGSTOP > TTL"
+	kindBlackhole = "holder link black-holed"
+	kindSlow      = "holder link slowed"
+	kindKill      = "holder SIGKILL"
+	kindRestart   = "redis SIGKILL+restart, no AOF"
+	kindRestartAO = "redis SIGKILL+restart, AOF always"
+)
+
+// runStandalone: one server, each worker through its own proxy; the
+// holder is stopped, cut off, slowed and killed, and the server killed
+// and restarted without persistence.
+func runStandalone(t *testing.T, p profile, seed uint64) []*chaos.Result {
+	server := redistest.Start(t)
+	r := newRun(t, "standalone", chaos.Standalone)
+	r.lockAddr = server.Addr()
+	g := &group{name: "g", fencingOnly: map[string]string{kindPause: whyPause, kindRestart: whyNoAOF}}
+	r.groups = []*group{g}
+	r.startWorkers(g, p.workers)
+	insp := inspector(t, server.Client(t, fastOptions))
+	for _, s := range plan(p, seed, r.name, kindPause, kindBlackhole, kindSlow, kindKill, kindRestart) {
+		time.Sleep(s.Gap)
+		switch s.Kind {
+		case kindPause:
+			w := r.holder(g, insp)
+			r.inject(s.Kind, s.Duration, func() string { w.child.Stop(t); return w.id }, func() { w.child.Cont(t) })
+		case kindBlackhole:
+			w := r.holder(g, insp)
+			r.inject(s.Kind, s.Duration, func() string { w.proxy.Blackhole(true); return w.id }, func() { w.proxy.Blackhole(false) })
+		case kindSlow:
+			w := r.holder(g, insp)
+			r.inject(s.Kind, s.Duration, func() string { w.proxy.SetLatency(ttl / 5); return w.id }, func() { w.proxy.SetLatency(0) })
+		case kindKill:
+			w := r.holder(g, insp)
+			r.inject(s.Kind, 0, func() string { r.kill(g, w); return w.id }, nil)
+		case kindRestart:
+			r.inject(s.Kind, s.Duration/5, func() string { server.Kill(t); return server.Addr() }, func() { server.Restart(t) })
+		}
+	}
+	return r.finish()
+}
+
+// runStandaloneAOF: one server with appendfsync always, killed and
+// restarted: the holds survive, so every lost lease is told in time.
+func runStandaloneAOF(t *testing.T, p profile, seed uint64) []*chaos.Result {
+	server := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+	r := newRun(t, "standalone-aof", chaos.Standalone)
+	r.lockAddr = server.Addr()
+	g := &group{name: "g"}
+	r.groups = []*group{g}
+	r.startWorkers(g, p.workers)
+	for _, s := range plan(p, seed, r.name, kindRestartAO) {
+		time.Sleep(s.Gap)
+		r.inject(s.Kind, s.Duration/5, func() string { server.Kill(t); return server.Addr() }, func() { server.Restart(t) })
+	}
+	return r.finish()
+}

@@ -1,0 +1,42 @@
+// Package chaos is the fault-injection suite of jobguard (issue #15): the
+// library its tests use to run workers, record what they did, inject faults
+// on a seeded schedule and check the result.
+//
+// A worker (RunWorker, run as a separate OS process by the test binary)
+// loops: it takes a lease on a shared lock key with guard, does a slow
+// read-modify-write of a shared counter on a resource Redis that no fault
+// touches, and appends every step to its history, one JSON Event per line.
+// The counter is fenced with the lease's token on both sides of the
+// read-modify-write: the read is fence.Redis.Get, which raises the key's
+// fence to the token, and the write is fence.Redis.Set. Fencing the write
+// alone does not protect a read-modify-write: a stale holder that read
+// before a newer holder and writes after the newer holder's read but before
+// its write is accepted, and the newer write then loses its update. This
+// suite found that gap (fence had no fenced read); fence.Redis.Get closes
+// it.
+//
+// Check reads the histories of one group of workers, with the faults the
+// schedule injected, and reports per fault kind: operations, accepted
+// writes, stale writes rejected by fencing, violations (accepted writes
+// that do not form one chain, or a final value that is not the last
+// accepted write's), leases lost and whether each job was told (its context
+// canceled) before another owner acquired, and the time from each fault's
+// end to the next accepted write. WriteReport writes report.json and
+// report.md.
+//
+// # Running
+//
+// TestChaos runs every scenario (standalone, standalone with AOF,
+// Sentinel with and without replica ack, Cluster, Redlock) under a profile:
+//
+//	go test -race ./internal/chaos/                   # -chaos.profile=slice: one fault of each kind, scenarios in parallel, under a minute
+//	go test -race -count=1 -timeout 15m -run '^TestChaos$' ./internal/chaos/ \
+//		-args -chaos.profile=full -chaos.seed=15 -chaos.out=$PWD/chaos-report
+//
+// -chaos.seed sets the schedule's seed (printed at the start and in the
+// report), -chaos.out a directory for report.json, report.md and the
+// workers' histories (a relative path is taken from the package
+// directory, where go test runs the test), and -chaos.write-fence-only
+// makes workers fence only their writes, to show the violations that
+// leaves (the run is then expected to fail).
+package chaos
