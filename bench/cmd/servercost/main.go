@@ -1,0 +1,267 @@
+// Command servercost counts the instructions redis-server executes per
+// uncontended acquire+release of each library, under valgrind's callgrind:
+// a count that, unlike CPU time, does not move with the machine's noise.
+//
+//	go run ./cmd/servercost -n 2000
+//
+// For each library it starts a redis-server under callgrind with collection
+// off, warms the library up (loading its scripts), turns collection on
+// with callgrind_control, runs n acquire+release pairs on one key from one
+// goroutine, turns collection off and stops the server. The count over the
+// window, less the server's idle cost over as long a window (its cron),
+// divided by n, is the figure. With -annotate DIR it also leaves each
+// library's callgrind output and callgrind_annotate's inclusive listing
+// there, to see where the instructions go.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jobguard/jobguard/bench/internal/locks"
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "servercost:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	n := flag.Int("n", 2000, "acquire+release pairs per library")
+	libs := flag.String("libs", strings.Join(locks.Names(), ","), "libraries to measure, comma-separated")
+	annotate := flag.String("annotate", "", "directory to keep callgrind's output and an inclusive annotation in")
+	flag.Parse()
+	if *n <= 0 {
+		return errors.New("-n must be positive")
+	}
+	for _, tool := range []string{"valgrind", "callgrind_control", "redis-server"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s is needed: %w", tool, err)
+		}
+	}
+	if *annotate != "" {
+		if err := os.MkdirAll(*annotate, 0o755); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("%-10s %12s %14s %12s\n", "library", "Ir/op", "window Ir", "idle Ir")
+	for _, name := range strings.Split(*libs, ",") {
+		r, err := measure(name, *n, *annotate)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		fmt.Printf("%-10s %12.0f %14d %12d\n", name, r.perOp, r.window, r.idle)
+	}
+	return nil
+}
+
+type result struct {
+	perOp        float64
+	window, idle int64
+}
+
+// measure runs one library's window and an idle window of the same length
+// on one server under callgrind.
+func measure(name string, n int, keep string) (result, error) {
+	dir, err := os.MkdirTemp("", "servercost-")
+	if err != nil {
+		return result{}, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := startServer(dir)
+	if err != nil {
+		return result{}, err
+	}
+	defer srv.kill()
+	client := redis.NewClient(&redis.Options{Addr: srv.addr, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
+	defer client.Close()
+	lib, err := locks.New(name, client, locks.Config{TTL: 10 * time.Second, RetryDelay: time.Millisecond})
+	if err != nil {
+		return result{}, err
+	}
+	defer lib.Close()
+	ctx := context.Background()
+	pair := func() error {
+		le, err := lib.Lock(ctx, "servercost")
+		if err != nil {
+			return err
+		}
+		return le.Unlock(ctx)
+	}
+	for range 50 { // scripts loaded, connections open
+		if err := pair(); err != nil {
+			return result{}, err
+		}
+	}
+	if err := srv.collect(true); err != nil {
+		return result{}, err
+	}
+	start := time.Now()
+	for range n {
+		if err := pair(); err != nil {
+			return result{}, err
+		}
+	}
+	took := time.Since(start)
+	if err := srv.collect(false); err != nil {
+		return result{}, err
+	}
+	window, err := srv.dump()
+	if err != nil {
+		return result{}, err
+	}
+	if keep != "" {
+		if err := srv.keep(filepath.Join(keep, name)); err != nil {
+			return result{}, err
+		}
+	}
+	// The idle cost: the server's cron over as long as the window took.
+	if err := srv.zero(); err != nil {
+		return result{}, err
+	}
+	if err := srv.collect(true); err != nil {
+		return result{}, err
+	}
+	time.Sleep(took)
+	if err := srv.collect(false); err != nil {
+		return result{}, err
+	}
+	idle, err := srv.dump()
+	if err != nil {
+		return result{}, err
+	}
+	return result{perOp: float64(window-idle) / float64(n), window: window, idle: idle}, nil
+}
+
+// server is one redis-server under callgrind.
+type server struct {
+	addr, out string
+	cmd       *exec.Cmd
+	dumps     int
+}
+
+func startServer(dir string) (*server, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	out := filepath.Join(dir, "callgrind.out")
+	cmd := exec.Command("valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file="+out,
+		"redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), out: out, cmd: cmd}
+	c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(60 * time.Second) // valgrind starts slowly
+	for c.Ping(context.Background()).Err() != nil {
+		if time.Now().After(deadline) {
+			s.kill()
+			return nil, errors.New("redis-server under valgrind did not answer PING within 60s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return s, nil
+}
+
+func (s *server) control(args ...string) error {
+	args = append(args, strconv.Itoa(s.cmd.Process.Pid))
+	if out, err := exec.Command("callgrind_control", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("callgrind_control %v: %w: %s", args, err, out)
+	}
+	return nil
+}
+
+func (s *server) collect(on bool) error {
+	if on {
+		return s.control("-i", "on")
+	}
+	return s.control("-i", "off")
+}
+
+func (s *server) zero() error { return s.control("-z") }
+
+// dump has callgrind write its counts since the last dump or zero and
+// returns their total.
+func (s *server) dump() (int64, error) {
+	if err := s.control("-d"); err != nil {
+		return 0, err
+	}
+	s.dumps++
+	path := fmt.Sprintf("%s.%d", s.out, s.dumps)
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	// The header's "summary:" may be 0 in a dump; "totals:" at the end
+	// is the sum of the costs listed.
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "totals: "); ok {
+			return strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no totals in %s", path)
+}
+
+// keep copies the latest dump to base.callgrind and its inclusive
+// annotation to base.txt.
+func (s *server) keep(base string) error {
+	src := fmt.Sprintf("%s.%d", s.out, s.dumps)
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(base+".callgrind", data, 0o644); err != nil {
+		return err
+	}
+	out, err := exec.Command("callgrind_annotate", "--inclusive=yes", src).Output()
+	if err != nil {
+		return fmt.Errorf("callgrind_annotate: %w", err)
+	}
+	return os.WriteFile(base+".txt", out, 0o644)
+}
+
+func (s *server) kill() {
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	_ = s.cmd.Wait()
+}
+
+// freePort returns a loopback port that was free a moment ago, never 6379.
+func freePort() (int, error) {
+	for range 10 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if port != 6379 {
+			return port, nil
+		}
+	}
+	return 0, errors.New("no free port")
+}
