@@ -343,5 +343,17 @@ func TestOddFencingCounterRefused(t *testing.T) {
 		} else if !errors.Is(err, guard.ErrWrongType) {
 			t.Errorf("counter %q: %v, want ErrWrongType", v, err)
 		}
+		// The refused counter is left as it was, not replaced by a token.
+		if got, err := admin.Get(t.Context(), "guard:{odd}:fence").Result(); err != nil || got != v {
+			t.Errorf("counter %q after the refusal: %q, %v", v, got, err)
+		}
+	}
+	admin.Del(t.Context(), "guard:{odd}:fence")
+	admin.RPush(t.Context(), "guard:{odd}:fence", "x")
+	if _, err := ls[0].Acquire(t.Context(), "odd", guard.Wait(0)); !errors.Is(err, guard.ErrWrongType) {
+		t.Errorf("counter of type list: %v, want ErrWrongType", err)
+	}
+	if n, err := admin.LLen(t.Context(), "guard:{odd}:fence").Result(); err != nil || n != 1 {
+		t.Errorf("list counter after the refusal: %d elements, %v", n, err)
 	}
 }

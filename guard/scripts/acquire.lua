@@ -25,9 +25,12 @@
 local key, owner, mode, member = KEYS[1], ARGV[1], ARGV[3], ARGV[5]
 local identity, permits = ARGV[9] or '', ARGV[10] or '1'
 local t = redis.call('TIME')
-local now = ms_of(t)
+-- The clock in ms, read from t only when a decision needs it: a free key
+-- without MinHold needs only the token, which is in µs.
+local now = 0
 local owners, latest, writer, lone, earliest = 0, 0, false, false, 0
 if redis.call('EXISTS', key) == 1 then
+  now = ms_of(t)
   local kind = redis.call('TYPE', key)['ok']
   if kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a lock')
@@ -64,6 +67,7 @@ if busy then
 end
 local token, err = mint(KEYS[2], t, ARGV[8], ARGV[2])
 if not token then return err end
+if now == 0 and ARGV[4] ~= '0' then now = ms_of(t) end
 if permits ~= '1' and owners == 0 and ARGV[4] == '0' then
   -- A free permit, no MinHold: the fields permit_fields would give.
   redis.call('HSET', key, owner .. ':t', token, owner, '1', 'permits', permits, owner .. ':i', identity)
@@ -128,4 +132,4 @@ if others > 0 then
     redis.call(ARGV[7], KEYS[4], 'read')
   end
 end
-return {1, tonumber(token)}
+return {1, token} -- digits, as the counter holds them
