@@ -4,12 +4,14 @@
 //
 //	go run ./cmd/servercost -n 2000
 //
-// For each library it starts a redis-server under callgrind with collection
-// off, warms the library up (loading its scripts), turns collection on
-// with callgrind_control, runs n acquire+release pairs on one key from one
-// goroutine, turns collection off and stops the server. The count over the
-// window, less the server's idle cost over as long a window (its cron),
-// divided by n, is the figure. With -annotate DIR it also leaves each
+// For each library it starts a redis-server under callgrind with
+// instrumentation off, warms the library up (loading its scripts), samples
+// the server's idle cost (its cron) for a while, then turns instrumentation
+// on with callgrind_control, runs n acquire+release pairs on one key from
+// one goroutine, and counts on for a few seconds after the last pair, so
+// that the keys a library leaves to expire are deleted inside the window.
+// The count over the window, less the idle cost scaled to the window's
+// length, divided by n, is the figure. With -annotate DIR it also leaves each
 // library's callgrind output and callgrind_annotate's inclusive listing
 // there, to see where the instructions go.
 package main
@@ -69,13 +71,21 @@ func run() error {
 	return nil
 }
 
+// idleWindow is how long the idle cost is sampled; settle how long the
+// count goes on after the last pair, past the 2s release marker guard
+// leaves.
+const (
+	idleWindow = 2 * time.Second
+	settle     = 3 * time.Second
+)
+
 type result struct {
 	perOp        float64
 	window, idle int64
 }
 
-// measure runs one library's window and an idle window of the same length
-// on one server under callgrind.
+// measure runs one library's idle sample and window on one server under
+// callgrind.
 func measure(name string, n int, keep string) (result, error) {
 	dir, err := os.MkdirTemp("", "servercost-")
 	if err != nil {
@@ -107,6 +117,26 @@ func measure(name string, n int, keep string) (result, error) {
 			return result{}, err
 		}
 	}
+	// The idle cost: the server's cron, measured before the window so that
+	// keys the library leaves to expire (guard's release markers) are
+	// deleted inside the window and counted.
+	time.Sleep(3 * time.Second) // the warm-up's expiring keys are gone
+	if err := srv.collect(true); err != nil {
+		return result{}, err
+	}
+	idleStart := time.Now()
+	time.Sleep(idleWindow)
+	if err := srv.collect(false); err != nil {
+		return result{}, err
+	}
+	idleTook := time.Since(idleStart)
+	idleRun, err := srv.dump()
+	if err != nil {
+		return result{}, err
+	}
+	if err := srv.zero(); err != nil {
+		return result{}, err
+	}
 	if err := srv.collect(true); err != nil {
 		return result{}, err
 	}
@@ -116,6 +146,9 @@ func measure(name string, n int, keep string) (result, error) {
 			return result{}, err
 		}
 	}
+	// Collect on while the keys the window left to expire do, so that
+	// their deletion counts too.
+	time.Sleep(settle)
 	took := time.Since(start)
 	if err := srv.collect(false); err != nil {
 		return result{}, err
@@ -129,21 +162,7 @@ func measure(name string, n int, keep string) (result, error) {
 			return result{}, err
 		}
 	}
-	// The idle cost: the server's cron over as long as the window took.
-	if err := srv.zero(); err != nil {
-		return result{}, err
-	}
-	if err := srv.collect(true); err != nil {
-		return result{}, err
-	}
-	time.Sleep(took)
-	if err := srv.collect(false); err != nil {
-		return result{}, err
-	}
-	idle, err := srv.dump()
-	if err != nil {
-		return result{}, err
-	}
+	idle := int64(float64(idleRun) * float64(took) / float64(idleTook))
 	return result{perOp: float64(window-idle) / float64(n), window: window, idle: idle}, nil
 }
 
