@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: test redis fmt-check vet bench chaos
+.PHONY: test redis fmt-check vet bench servercost chaos
 
 test: redis fmt-check vet
 	$(GO) test -race -count=1 -timeout 15m ./...
@@ -47,6 +47,14 @@ bench: redis
 	cd bench && $(GO) run ./cmd/bench -out results.json && \
 		$(GO) run ./cmd/charts -in results.json -dir . && \
 		$(GO) run ./cmd/report -in results.json -out RESULTS.md
+
+# Instructions redis-server runs per uncontended acquire+release of each
+# library, counted under valgrind's callgrind (it needs valgrind): about two
+# minutes, and the count does not move with the machine's load. Writes
+# bench/SERVERCOST.md.
+servercost: redis
+	@command -v valgrind >/dev/null || { echo "servercost needs valgrind (apt-get install valgrind)"; exit 1; }
+	cd bench && $(GO) run ./cmd/servercost -n 2000 -out SERVERCOST.md
 
 # The fault-injection suite (internal/chaos, internal/soak, the fuzz
 # targets), about seven minutes on 2 cores, loopback only, and every part

@@ -46,6 +46,7 @@ func run() error {
 	n := flag.Int("n", 2000, "acquire+release pairs per library")
 	libs := flag.String("libs", strings.Join(locks.Names(), ","), "libraries to measure, comma-separated")
 	annotate := flag.String("annotate", "", "directory to keep callgrind's output and an inclusive annotation in")
+	out := flag.String("out", "", "also write the table, with how it was measured, to this Markdown file")
 	flag.Parse()
 	if *n <= 0 {
 		return errors.New("-n must be positive")
@@ -61,14 +62,49 @@ func run() error {
 		}
 	}
 	fmt.Printf("%-10s %12s %14s %12s\n", "library", "Ir/op", "window Ir", "idle Ir")
-	for _, name := range strings.Split(*libs, ",") {
+	names := strings.Split(*libs, ",")
+	results := make([]result, len(names))
+	for i, name := range names {
 		r, err := measure(name, *n, *annotate)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
+		results[i] = r
 		fmt.Printf("%-10s %12.0f %14d %12d\n", name, r.perOp, r.window, r.idle)
 	}
+	if *out != "" {
+		return os.WriteFile(*out, markdown(names, results, *n), 0o644)
+	}
 	return nil
+}
+
+// markdown is the table with the run's date, server version and command.
+func markdown(names []string, results []result, n int) []byte {
+	var b strings.Builder
+	version, _ := exec.Command("redis-server", "--version").Output()
+	fmt.Fprintf(&b, "# Server instructions per acquire+release\n\n")
+	fmt.Fprintf(&b, "Written by `go run ./cmd/servercost -n %d -out SERVERCOST.md` (in bench/) on %s; %s.\n\n",
+		n, time.Now().UTC().Format("2006-01-02"), strings.TrimSpace(string(version)))
+	b.WriteString("Instructions redis-server executed (valgrind's callgrind, `Ir`), per uncontended acquire+release on one key " +
+		"from one goroutine, less the server's idle cost over as long a time. Unlike CPU time, the count does not move " +
+		"with the machine's load, so small changes to a script show. It counts what runs in the server process: the " +
+		"kernel's share of each request (reading and writing the socket) is not in it, and is about the same for every " +
+		"library, so CPU-time ratios (RESULTS.md) are smaller than these.\n\n")
+	base := -1.0
+	for i, name := range names {
+		if name == "redislock" {
+			base = results[i].perOp
+		}
+	}
+	b.WriteString("| library | instructions per acquire+release | × redislock |\n| --- | ---: | ---: |\n")
+	for i, name := range names {
+		ratio := "—"
+		if base > 0 {
+			ratio = fmt.Sprintf("%.2f×", results[i].perOp/base)
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %s |\n", name, results[i].perOp, ratio)
+	}
+	return []byte(b.String())
 }
 
 // idleWindow is how long the idle cost is sampled; settle how long the
