@@ -66,7 +66,9 @@ func (l *Locker) newHold(a *acquisition, token int64, sent time.Time) (*Lease, e
 	l.holds[h] = struct{}{}
 	l.mu.Unlock()
 	l.hb.add(h)
-	l.log.Debug("guard: acquired", "key", h.key, "token", token, "write", a.args.write)
+	if l.debugEnabled() {
+		l.log.Debug("guard: acquired", "key", h.key, "token", token, "write", a.args.write)
+	}
 	l.obs.Event(h.obsCtx, observe.Held, observe.Info{Key: h.key, Name: h.name, Write: a.args.write, TTL: h.timing.ttl, Token: token, Delta: +1})
 	return newLease(h, a.args.write, false), nil
 }

@@ -333,6 +333,13 @@ func (l *Locker) abandon() {
 	}
 }
 
+// debugEnabled reports whether the logger takes Debug records. The hot path
+// asks before logging at Debug: the call would box its arguments even for a
+// handler that drops them. It asks as slog's Debug does, with Background.
+func (l *Locker) debugEnabled() bool {
+	return l.log.Enabled(context.Background(), slog.LevelDebug)
+}
+
 func (l *Locker) isClosed() bool {
 	select {
 	case <-l.closed:
