@@ -134,8 +134,7 @@ func (s *redisStore) renewalGroup(ctx context.Context, key string) string {
 // time. The reload is lazy and go-redis runs at most one at a time.
 func (s *redisStore) classify(err error) error {
 	err = classify(err)
-	var noReply *noReplyError
-	if s.cluster != nil && errors.As(err, &noReply) {
+	if _, noReply := errors.AsType[*noReplyError](err); noReply && s.cluster != nil {
 		s.cluster.ReloadState(context.Background())
 	}
 	return err
@@ -146,13 +145,16 @@ func (s *redisStore) classify(err error) error {
 // (a broken connection, a timeout) is a noReplyError: the request may have
 // run.
 func classify(err error) error {
-	var reply redis.Error
-	switch {
-	case err == nil:
+	if err == nil {
 		return nil
-	case errors.As(err, &reply) && strings.HasPrefix(err.Error(), "WRONGTYPE"):
+	}
+	// AsType rather than As: As's target would escape, costing every
+	// request an allocation, even one without an error.
+	_, reply := errors.AsType[redis.Error](err)
+	switch {
+	case reply && strings.HasPrefix(err.Error(), "WRONGTYPE"):
 		return fmt.Errorf("%w: %s", ErrWrongType, strings.TrimPrefix(err.Error(), "WRONGTYPE "))
-	case errors.As(err, &reply):
+	case reply:
 		return err
 	default:
 		return &noReplyError{err}

@@ -241,19 +241,19 @@ func isNoScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIP
 // isNoFunction reports the answer of a server that has FUNCTION but not
 // the library (a new node, a FUNCTION FLUSH).
 func isNoFunction(err error) bool {
-	var reply redis.Error
-	return errors.As(err, &reply) && strings.Contains(err.Error(), "Function not found")
+	_, reply := errors.AsType[redis.Error](err)
+	return reply && strings.Contains(err.Error(), "Function not found")
 }
 
 // isNoPermission reports a command the server's ACL denies the client:
 // one that may run scripts by hash but not functions keeps working.
 func isNoPermission(err error) bool {
-	var reply redis.Error
-	return errors.As(err, &reply) && strings.HasPrefix(err.Error(), "NOPERM")
+	_, reply := errors.AsType[redis.Error](err)
+	return reply && strings.HasPrefix(err.Error(), "NOPERM")
 }
 
 // isUnknownCommand reports the answer of a server without FCALL.
 func isUnknownCommand(err error) bool {
-	var reply redis.Error
-	return errors.As(err, &reply) && strings.Contains(strings.ToLower(err.Error()), "unknown command")
+	_, reply := errors.AsType[redis.Error](err)
+	return reply && strings.Contains(strings.ToLower(err.Error()), "unknown command")
 }
