@@ -52,11 +52,11 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 		keys: []string{k.lock, k.fence, k.waiters, k.channel},
 		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), s.registration(a), ms(a.registration), s.publish, ms(a.fenceTTL), a.identity, max(a.permits, 1)},
 	}
-	cmds, unacked, err := s.runScript(ctx, &s.scripts.acquire, k.lock, []scriptCall{call}, true)
+	reply, unacked, err := s.runOne(ctx, &s.scripts.acquire, k.lock, call, true)
 	if err != nil {
 		return acquireReply{}, s.classify(err)
 	}
-	vals, err := cmds[0].Int64Slice()
+	vals, err := reply.Int64Slice()
 	switch {
 	case err != nil:
 		return acquireReply{}, s.classify(err)
@@ -81,11 +81,11 @@ func (s *redisStore) setCounts(ctx context.Context, k keys, a countArgs) (outcom
 		keys: []string{k.lock, k.channel, k.waiters, k.doneMarker(a.owner), k.fence},
 		args: []any{a.owner, a.writes, a.reads, s.publish, ms(a.marker)},
 	}
-	cmds, _, err := s.runScript(ctx, &s.scripts.setCounts, k.lock, []scriptCall{call}, false)
+	reply, _, err := s.runOne(ctx, &s.scripts.setCounts, k.lock, call, false)
 	if err != nil {
 		return 0, s.classify(err)
 	}
-	res, err := cmds[0].Int64()
+	res, err := reply.Int64()
 	return outcome(res), s.classify(err)
 }
 
@@ -94,13 +94,13 @@ func (s *redisStore) renew(ctx context.Context, batch []renewArgs) ([]renewReply
 	for i, r := range batch {
 		calls[i] = scriptCall{keys: []string{r.lock}, args: []any{r.owner, ms(r.ttl)}}
 	}
-	cmds, unacked, err := s.runScript(ctx, &s.scripts.renew, batch[0].lock, calls, true)
+	unacked, err := s.runScript(ctx, &s.scripts.renew, batch[0].lock, calls, true)
 	if err != nil {
 		return nil, s.classify(err)
 	}
 	out := make([]renewReply, len(batch))
-	for i, c := range cmds {
-		res, err := c.Int64()
+	for i, c := range calls {
+		res, err := c.reply.Int64()
 		err = s.classify(err)
 		if err == nil && unacked != nil {
 			err = unacked // renewed on the master only: a failover could forget it
@@ -270,10 +270,10 @@ func ms(d time.Duration) int64 {
 
 func (s *redisStore) claimFenced(ctx context.Context, fence, key string, token int64, value []byte, ttl time.Duration) (int64, error) {
 	call := scriptCall{keys: []string{fence, key}, args: []any{token, value, ms(ttl)}}
-	cmds, _, err := s.runScript(ctx, &s.scripts.claimFenced, key, []scriptCall{call}, false)
+	reply, _, err := s.runOne(ctx, &s.scripts.claimFenced, key, call, false)
 	if err != nil {
 		return 0, s.classify(err)
 	}
-	counter, err := cmds[0].Int64()
+	counter, err := reply.Int64()
 	return counter, s.classify(err)
 }
