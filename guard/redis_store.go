@@ -18,7 +18,10 @@ import (
 type redisStore struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil outside Cluster
-	publish string               // PUBLISH, or SPUBLISH on Cluster
+	// publish is "PUBLISH", or "SPUBLISH" on Cluster: an ARGV of the
+	// scripts, held as an interface so that it is not boxed again, an
+	// allocation, for every request.
+	publish any
 
 	scripts *scripts
 
