@@ -54,8 +54,8 @@ func (l *Locker) newHold(a *acquisition, token int64, sent time.Time) (*Lease, e
 		timing: a.timing, start: sent, index: -1, permits: a.args.permits,
 		leaseEnd: a.timing.safeEnd(sent), nextRenew: sent.Add(a.timing.interval),
 	}
-	h.ctx, h.cancel = context.WithCancelCause(withHold(context.WithoutCancel(a.parent), h))
 	h.obsCtx = context.WithoutCancel(a.parent)
+	h.ctx, h.cancel = context.WithCancelCause(withHold(h.obsCtx, h))
 	h.writes, h.reads = counts(0, 0, a.args.write, +1)
 	l.mu.Lock()
 	if l.isClosed() {
