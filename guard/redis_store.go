@@ -205,22 +205,35 @@ func (s *redisStore) registration(a acquireArgs) string {
 	if a.waiter == "" {
 		return ""
 	}
-	kind := "r"
+	kind := byte('r')
 	switch {
 	case a.write && s.replicas == 0 && !s.noGrants:
-		kind = "g"
+		kind = 'g'
 	case a.write:
-		kind = "w"
+		kind = 'w'
 	}
+	// Written into one buffer of the right size: one allocation for what
+	// concatenations and formatted numbers would take three or four.
+	var r strings.Builder
+	var num [20]byte // an int64 in decimal
+	r.Grow(len(a.waiter) + len(a.owner) + len(a.identity) + 5*len(num))
+	r.WriteString(a.waiter)
+	r.WriteByte(' ')
+	r.WriteString(a.owner)
+	r.WriteByte(' ')
+	r.WriteByte(kind)
 	if a.permits > 1 {
-		kind += strconv.Itoa(a.permits)
+		r.Write(strconv.AppendInt(num[:0], int64(a.permits), 10))
 	}
-	r := a.waiter + " " + a.owner + " " + kind + " " + strconv.FormatInt(ms(a.ttl), 10) + " " +
-		strconv.FormatInt(ms(a.minHold), 10) + " " + strconv.FormatInt(ms(a.fenceTTL), 10)
+	for _, d := range [...]time.Duration{a.ttl, a.minHold, a.fenceTTL} {
+		r.WriteByte(' ')
+		r.Write(strconv.AppendInt(num[:0], ms(d), 10))
+	}
 	if a.identity != "" {
-		r += " " + a.identity // last: it may hold spaces
+		r.WriteByte(' ')
+		r.WriteString(a.identity) // last: it may hold spaces
 	}
-	return r
+	return r.String()
 }
 
 // close releases nothing: the client belongs to the caller of New.
