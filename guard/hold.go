@@ -35,7 +35,8 @@ type hold struct {
 	writes int                   // write leases held
 	reads  int                   // read leases held
 	over   atomic.Bool           // released or lost: see end
-	cause  atomic.Pointer[error] // why it ended, set by end
+	cause  atomic.Pointer[error] // why it ended: &ended, once end has set it
+	ended  error                 // written once, by the end call that set over
 
 	// Heartbeat state, guarded by the heartbeat's mutex.
 	leaseEnd  time.Time // safe end of the lease (timing.safeEnd of the last confirmed request)
@@ -100,7 +101,10 @@ func (h *hold) end(cause error) bool {
 	if !h.over.CompareAndSwap(false, true) {
 		return false
 	}
-	h.cause.Store(&cause)
+	// Only the call that set over gets here. It publishes a pointer into
+	// the hold rather than &cause, which would move cause to the heap.
+	h.ended = cause
+	h.cause.Store(&h.ended)
 	h.l.hb.remove(h)
 	h.cancel(cause)
 	h.l.forget(h)
