@@ -234,8 +234,7 @@ func (a *acquisition) attempt(ctx context.Context) (acquireReply, error) {
 	if a.waiter != nil && err == nil {
 		a.waiter.woken = false // the attempt saw the key after the wake-up
 	}
-	var noReply *noReplyError
-	lost := errors.As(err, &noReply)
+	_, lost := errors.AsType[*noReplyError](err)
 	if lost && ctx.Err() == nil {
 		// The script may have run and its reply been lost.
 		l.runner.start(func() { l.dropHold(k, owner, timeout) })

@@ -35,7 +35,8 @@ type hold struct {
 	writes int                   // write leases held
 	reads  int                   // read leases held
 	over   atomic.Bool           // released or lost: see end
-	cause  atomic.Pointer[error] // why it ended, set by end
+	cause  atomic.Pointer[error] // why it ended: &ended, once end has set it
+	ended  error                 // written once, by the end call that set over
 
 	// Heartbeat state, guarded by the heartbeat's mutex.
 	leaseEnd  time.Time // safe end of the lease (timing.safeEnd of the last confirmed request)
@@ -54,8 +55,8 @@ func (l *Locker) newHold(a *acquisition, token int64, sent time.Time) (*Lease, e
 		timing: a.timing, start: sent, index: -1, permits: a.args.permits,
 		leaseEnd: a.timing.safeEnd(sent), nextRenew: sent.Add(a.timing.interval),
 	}
-	h.ctx, h.cancel = context.WithCancelCause(withHold(context.WithoutCancel(a.parent), h))
 	h.obsCtx = context.WithoutCancel(a.parent)
+	h.ctx, h.cancel = context.WithCancelCause(withHold(h.obsCtx, h))
 	h.writes, h.reads = counts(0, 0, a.args.write, +1)
 	l.mu.Lock()
 	if l.isClosed() {
@@ -66,7 +67,9 @@ func (l *Locker) newHold(a *acquisition, token int64, sent time.Time) (*Lease, e
 	l.holds[h] = struct{}{}
 	l.mu.Unlock()
 	l.hb.add(h)
-	l.log.Debug("guard: acquired", "key", h.key, "token", token, "write", a.args.write)
+	if l.debugEnabled() {
+		l.log.Debug("guard: acquired", "key", h.key, "token", token, "write", a.args.write)
+	}
 	l.obs.Event(h.obsCtx, observe.Held, observe.Info{Key: h.key, Name: h.name, Write: a.args.write, TTL: h.timing.ttl, Token: token, Delta: +1})
 	return newLease(h, a.args.write, false), nil
 }
@@ -98,7 +101,10 @@ func (h *hold) end(cause error) bool {
 	if !h.over.CompareAndSwap(false, true) {
 		return false
 	}
-	h.cause.Store(&cause)
+	// Only the call that set over gets here. It publishes a pointer into
+	// the hold rather than &cause, which would move cause to the heap.
+	h.ended = cause
+	h.cause.Store(&h.ended)
 	h.l.hb.remove(h)
 	h.cancel(cause)
 	h.l.forget(h)

@@ -170,7 +170,7 @@ func (l *Locker) runLocked(ctx context.Context, le *Lease, fn func(context.Conte
 // endRun releases le after its job returned err, and returns the run's
 // error: err, joined with the loss or the release failure if any.
 func (l *Locker) endRun(ctx context.Context, le *Lease, err error, info *observe.Info) error {
-	relErr := le.Release(context.WithoutCancel(ctx))
+	relErr := le.Release(ctx) // detached from ctx's cancellation by Release itself
 	h := le.h
 	info.Token, info.Reentrant, info.TTL = h.token, le.reentrant, h.timing.ttl
 	info.Renewals = l.hb.renewals(h)
@@ -331,6 +331,13 @@ func (l *Locker) abandon() {
 		l.log.Error("guard: lease still held when Close timed out; left to expire", "key", h.key, "token", h.token)
 		h.reportLost(cause)
 	}
+}
+
+// debugEnabled reports whether the logger takes Debug records. The hot path
+// asks before logging at Debug: the call would box its arguments even for a
+// handler that drops them. It asks as slog's Debug does, with Background.
+func (l *Locker) debugEnabled() bool {
+	return l.log.Enabled(context.Background(), slog.LevelDebug)
 }
 
 func (l *Locker) isClosed() bool {

@@ -226,11 +226,11 @@ func Attrs(attrs ...slog.Attr) LockOption {
 // write is set, and validates them.
 func newLockConfig(def time.Duration, key string, write bool, opts []LockOption) (lockConfig, error) {
 	c := lockConfig{ttl: def, name: key, permits: 1}
-	for _, o := range opts {
-		if o == nil {
-			return c, fmt.Errorf("%w: nil lock option", ErrInvalid)
+	if len(opts) > 0 {
+		var err error
+		if c, err = applyLockOptions(c, opts); err != nil {
+			return c, err
 		}
-		o(&c)
 	}
 	switch {
 	case c.wait < 0:
@@ -245,6 +245,19 @@ func newLockConfig(def time.Duration, key string, write bool, opts []LockOption)
 		return c, fmt.Errorf("%w: Permits(%d) must be >= 1", ErrInvalid, c.permits)
 	case c.permitsSet && !write:
 		return c, fmt.Errorf("%w: Permits(%d) applies to write leases, not read leases", ErrInvalid, c.permits)
+	}
+	return c, nil
+}
+
+// applyLockOptions applies opts to c. It is apart from newLockConfig because
+// the options take c's address, which moves it to the heap: an allocation
+// that an acquisition without options need not pay.
+func applyLockOptions(c lockConfig, opts []LockOption) (lockConfig, error) {
+	for _, o := range opts {
+		if o == nil {
+			return c, fmt.Errorf("%w: nil lock option", ErrInvalid)
+		}
+		o(&c)
 	}
 	return c, nil
 }

@@ -29,11 +29,11 @@ func (s *redisStore) forceRelease(ctx context.Context, k keys) (LockState, error
 // runInspect is the one call of inspect.lua; mode is "read" or "release".
 func (s *redisStore) runInspect(ctx context.Context, k keys, mode string) (LockState, error) {
 	call := scriptCall{keys: []string{k.lock, k.fence, k.waiters, k.channel}, args: []any{mode, s.publish}}
-	cmds, _, err := s.runScript(ctx, &s.scripts.inspect, k.lock, []scriptCall{call}, false)
+	reply, _, err := s.runOne(ctx, &s.scripts.inspect, k.lock, call, false)
 	if err != nil {
 		return LockState{}, classify(err)
 	}
-	vals, err := cmds[0].Slice()
+	vals, err := reply.Slice()
 	if err != nil {
 		return LockState{}, classify(err)
 	}

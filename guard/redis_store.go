@@ -18,7 +18,10 @@ import (
 type redisStore struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil outside Cluster
-	publish string               // PUBLISH, or SPUBLISH on Cluster
+	// publish is "PUBLISH", or "SPUBLISH" on Cluster: an ARGV of the
+	// scripts, held as an interface so that it is not boxed again, an
+	// allocation, for every request.
+	publish any
 
 	scripts *scripts
 
@@ -52,11 +55,11 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 		keys: []string{k.lock, k.fence, k.waiters, k.channel},
 		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), s.registration(a), ms(a.registration), s.publish, ms(a.fenceTTL), a.identity, max(a.permits, 1)},
 	}
-	cmds, unacked, err := s.runScript(ctx, &s.scripts.acquire, k.lock, []scriptCall{call}, true)
+	reply, unacked, err := s.runOne(ctx, &s.scripts.acquire, k.lock, call, true)
 	if err != nil {
 		return acquireReply{}, s.classify(err)
 	}
-	vals, err := cmds[0].Int64Slice()
+	vals, err := reply.Int64Slice()
 	switch {
 	case err != nil:
 		return acquireReply{}, s.classify(err)
@@ -81,11 +84,11 @@ func (s *redisStore) setCounts(ctx context.Context, k keys, a countArgs) (outcom
 		keys: []string{k.lock, k.channel, k.waiters, k.doneMarker(a.owner), k.fence},
 		args: []any{a.owner, a.writes, a.reads, s.publish, ms(a.marker)},
 	}
-	cmds, _, err := s.runScript(ctx, &s.scripts.setCounts, k.lock, []scriptCall{call}, false)
+	reply, _, err := s.runOne(ctx, &s.scripts.setCounts, k.lock, call, false)
 	if err != nil {
 		return 0, s.classify(err)
 	}
-	res, err := cmds[0].Int64()
+	res, err := reply.Int64()
 	return outcome(res), s.classify(err)
 }
 
@@ -94,13 +97,13 @@ func (s *redisStore) renew(ctx context.Context, batch []renewArgs) ([]renewReply
 	for i, r := range batch {
 		calls[i] = scriptCall{keys: []string{r.lock}, args: []any{r.owner, ms(r.ttl)}}
 	}
-	cmds, unacked, err := s.runScript(ctx, &s.scripts.renew, batch[0].lock, calls, true)
+	unacked, err := s.runScript(ctx, &s.scripts.renew, batch[0].lock, calls, true)
 	if err != nil {
 		return nil, s.classify(err)
 	}
 	out := make([]renewReply, len(batch))
-	for i, c := range cmds {
-		res, err := c.Int64()
+	for i, c := range calls {
+		res, err := c.reply.Int64()
 		err = s.classify(err)
 		if err == nil && unacked != nil {
 			err = unacked // renewed on the master only: a failover could forget it
@@ -134,8 +137,7 @@ func (s *redisStore) renewalGroup(ctx context.Context, key string) string {
 // time. The reload is lazy and go-redis runs at most one at a time.
 func (s *redisStore) classify(err error) error {
 	err = classify(err)
-	var noReply *noReplyError
-	if s.cluster != nil && errors.As(err, &noReply) {
+	if _, noReply := errors.AsType[*noReplyError](err); noReply && s.cluster != nil {
 		s.cluster.ReloadState(context.Background())
 	}
 	return err
@@ -146,13 +148,16 @@ func (s *redisStore) classify(err error) error {
 // (a broken connection, a timeout) is a noReplyError: the request may have
 // run.
 func classify(err error) error {
-	var reply redis.Error
-	switch {
-	case err == nil:
+	if err == nil {
 		return nil
-	case errors.As(err, &reply) && strings.HasPrefix(err.Error(), "WRONGTYPE"):
+	}
+	// AsType rather than As: As's target would escape, costing every
+	// request an allocation, even one without an error.
+	_, reply := errors.AsType[redis.Error](err)
+	switch {
+	case reply && strings.HasPrefix(err.Error(), "WRONGTYPE"):
 		return fmt.Errorf("%w: %s", ErrWrongType, strings.TrimPrefix(err.Error(), "WRONGTYPE "))
-	case errors.As(err, &reply):
+	case reply:
 		return err
 	default:
 		return &noReplyError{err}
@@ -200,22 +205,35 @@ func (s *redisStore) registration(a acquireArgs) string {
 	if a.waiter == "" {
 		return ""
 	}
-	kind := "r"
+	kind := byte('r')
 	switch {
 	case a.write && s.replicas == 0 && !s.noGrants:
-		kind = "g"
+		kind = 'g'
 	case a.write:
-		kind = "w"
+		kind = 'w'
 	}
+	// Written into one buffer of the right size: one allocation for what
+	// concatenations and formatted numbers would take three or four.
+	var r strings.Builder
+	var num [20]byte // an int64 in decimal
+	r.Grow(len(a.waiter) + len(a.owner) + len(a.identity) + 5*len(num))
+	r.WriteString(a.waiter)
+	r.WriteByte(' ')
+	r.WriteString(a.owner)
+	r.WriteByte(' ')
+	r.WriteByte(kind)
 	if a.permits > 1 {
-		kind += strconv.Itoa(a.permits)
+		r.Write(strconv.AppendInt(num[:0], int64(a.permits), 10))
 	}
-	r := a.waiter + " " + a.owner + " " + kind + " " + strconv.FormatInt(ms(a.ttl), 10) + " " +
-		strconv.FormatInt(ms(a.minHold), 10) + " " + strconv.FormatInt(ms(a.fenceTTL), 10)
+	for _, d := range [...]time.Duration{a.ttl, a.minHold, a.fenceTTL} {
+		r.WriteByte(' ')
+		r.Write(strconv.AppendInt(num[:0], ms(d), 10))
+	}
 	if a.identity != "" {
-		r += " " + a.identity // last: it may hold spaces
+		r.WriteByte(' ')
+		r.WriteString(a.identity) // last: it may hold spaces
 	}
-	return r
+	return r.String()
 }
 
 // close releases nothing: the client belongs to the caller of New.
@@ -268,10 +286,10 @@ func ms(d time.Duration) int64 {
 
 func (s *redisStore) claimFenced(ctx context.Context, fence, key string, token int64, value []byte, ttl time.Duration) (int64, error) {
 	call := scriptCall{keys: []string{fence, key}, args: []any{token, value, ms(ttl)}}
-	cmds, _, err := s.runScript(ctx, &s.scripts.claimFenced, key, []scriptCall{call}, false)
+	reply, _, err := s.runOne(ctx, &s.scripts.claimFenced, key, call, false)
 	if err != nil {
 		return 0, s.classify(err)
 	}
-	counter, err := cmds[0].Int64()
+	counter, err := reply.Int64()
 	return counter, s.classify(err)
 }

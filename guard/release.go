@@ -84,7 +84,9 @@ func (l *Locker) releasedLast(h *hold, err error) error {
 		l.log.Warn("guard: release failed; the key expires within its TTL", "key", h.key, "err", err)
 		return fmt.Errorf("guard: release %q: %w", h.key, err)
 	}
-	l.log.Debug("guard: released", "key", h.key, "token", h.token)
+	if l.debugEnabled() {
+		l.log.Debug("guard: released", "key", h.key, "token", h.token)
+	}
 	return nil
 }
 

@@ -89,12 +89,16 @@ func await[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, e
 		var zero T
 		return zero, context.Cause(ctx)
 	}
-	type result struct {
-		v   T
-		err error
+	// The result, its claim and its signal in one allocation: done is
+	// closed once v and err are set (a channel of results would cost two
+	// allocations, and claimed one of its own).
+	type call struct {
+		v       T
+		err     error
+		claimed atomic.Bool // whoever sets it first owns the result
+		done    chan struct{}
 	}
-	done := make(chan result, 1)
-	var claimed atomic.Bool // whoever sets it first owns the result
+	c := &call{done: make(chan struct{})}
 	// The request outlives a caller that gives up, but not by much: its own
 	// deadline stops go-redis's retries and pool waits (and, with the
 	// client's ContextTimeoutEnabled, its reads).
@@ -102,8 +106,9 @@ func await[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, e
 	started := l.runner.start(func() {
 		defer cancel()
 		v, err := fn(fnCtx)
-		if claimed.CompareAndSwap(false, true) {
-			done <- result{v, err}
+		if c.claimed.CompareAndSwap(false, true) {
+			c.v, c.err = v, err
+			close(c.done)
 		} else if abandoned != nil {
 			abandoned(v, err)
 		}
@@ -114,16 +119,15 @@ func await[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, e
 		return zero, ErrClosed
 	}
 	select {
-	case r := <-done:
-		return r.v, r.err
+	case <-c.done:
 	case <-ctx.Done():
-		if claimed.CompareAndSwap(false, true) {
+		if c.claimed.CompareAndSwap(false, true) {
 			var zero T
 			return zero, context.Cause(ctx)
 		}
-		r := <-done
-		return r.v, r.err
+		<-c.done // the request claimed its result first: take it
 	}
+	return c.v, c.err
 }
 
 // request runs one store operation for the Locker through await and reports

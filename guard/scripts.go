@@ -76,36 +76,37 @@ func newScripts() *scripts {
 	return &scripts{acquire: made[0], renew: made[1], setCounts: made[2], claimFenced: made[3], inspect: made[4], library: lib.String()}
 }
 
-// runFunction sends calls as FCALL of sc's function. A server without the
+// runFunction sends calls as FCALL of sc's function, setting each call's
+// reply. A server without the
 // library gets it (FUNCTION LOAD on the node that serves route) and the
 // calls again. ok is false when the caller must send them by hash instead:
 // the server knows no FCALL or its ACL denies it (from then on the store
 // uses EVALSHA), or the library could not be had where the calls landed.
-func (s *redisStore) runFunction(ctx context.Context, sc *script, route string, calls []scriptCall, ack bool) (cmds []*redis.Cmd, unacked error, ok bool) {
+func (s *redisStore) runFunction(ctx context.Context, sc *script, route string, calls []scriptCall, ack bool) (unacked error, ok bool) {
 	wait := ack && s.replicas > 0
 	for attempt := 0; attempt < 2; attempt++ {
 		var waited *redis.Cmd
 		if len(calls) == 1 && !wait {
-			cmds = []*redis.Cmd{s.client.FCall(ctx, sc.fn, calls[0].keys, calls[0].args...)}
+			calls[0].reply = s.client.FCall(ctx, sc.fn, calls[0].keys, calls[0].args...)
 		} else {
-			cmds, waited = s.pipeline(ctx, sc.fn, nil, calls, wait, false)
+			waited = s.pipeline(ctx, sc.fn, nil, calls, wait, false)
 		}
 		switch {
-		case anyErr(cmds, isUnknownCommand), anyErr(cmds, isNoPermission):
+		case anyErr(calls, isUnknownCommand), anyErr(calls, isNoPermission):
 			s.scripts.noFunctions.Store(true)
-			return nil, nil, false
-		case !anyErr(cmds, isNoFunction):
+			return nil, false
+		case !anyErr(calls, isNoFunction):
 			if waited != nil {
 				unacked = s.checkAck(waited)
 			}
-			return cmds, unacked, true
+			return unacked, true
 		case attempt == 0:
 			if err := s.loadLibrary(ctx, route); err != nil {
-				return nil, nil, false
+				return nil, false
 			}
 		}
 	}
-	return nil, nil, false
+	return nil, false
 }
 
 // loadLibrary loads the guard library on the master that serves route. A
@@ -129,21 +130,33 @@ func (s *redisStore) loadLibrary(ctx context.Context, route string) error {
 	return err
 }
 
-// scriptCall is one call of a script: its KEYS and ARGV.
+// scriptCall is one call of a script: its KEYS and ARGV, and once sent,
+// its reply. The reply is kept in the call rather than returned in a slice
+// of replies, so a caller that sends one call from a scriptCall on its
+// stack allocates nothing for it.
 type scriptCall struct {
-	keys []string
-	args []any
+	keys  []string
+	args  []any
+	reply *redis.Cmd
+}
+
+// runOne sends call alone (see runScript) and returns its reply.
+func (s *redisStore) runOne(ctx context.Context, sc *script, route string, call scriptCall, ack bool) (reply *redis.Cmd, unacked, err error) {
+	calls := [1]scriptCall{call}
+	unacked, err = s.runScript(ctx, sc, route, calls[:], ack)
+	return calls[0].reply, unacked, err
 }
 
 // runScript sends calls of sc in one round trip, followed by WAIT when ack
 // is set and the store waits for replicas: as FCALL of the guard library
-// where the server has FUNCTION (see runFunction), else by hash. It returns
-// each call's reply; unacked, when too few replicas acknowledged; and err
-// when the script could not be loaded.
-func (s *redisStore) runScript(ctx context.Context, sc *script, route string, calls []scriptCall, ack bool) (cmds []*redis.Cmd, unacked, err error) {
+// where the server has FUNCTION (see runFunction), else by hash. It sets
+// each call's reply, and returns unacked, when too few replicas
+// acknowledged, and err when the script could not be loaded (the replies
+// are then unset).
+func (s *redisStore) runScript(ctx context.Context, sc *script, route string, calls []scriptCall, ack bool) (unacked, err error) {
 	if !s.scripts.noFunctions.Load() {
-		if cmds, unacked, ok := s.runFunction(ctx, sc, route, calls, ack); ok {
-			return cmds, unacked, nil
+		if unacked, ok := s.runFunction(ctx, sc, route, calls, ack); ok {
+			return unacked, nil
 		}
 	}
 	return s.runEval(ctx, sc.lua, route, calls, ack)
@@ -155,52 +168,53 @@ func (s *redisStore) runScript(ctx context.Context, sc *script, route string, ca
 // redirection as EVALSHA does; a pipeline first has sc loaded on the node
 // that serves route and is sent again, then as EVAL if that node was not the
 // one that answered.
-func (s *redisStore) runEval(ctx context.Context, sc *redis.Script, route string, calls []scriptCall, ack bool) (cmds []*redis.Cmd, unacked, err error) {
+func (s *redisStore) runEval(ctx context.Context, sc *redis.Script, route string, calls []scriptCall, ack bool) (unacked, err error) {
 	wait := ack && s.replicas > 0
 	if len(calls) == 1 && !wait {
 		// One command needs no pipeline, and costs less without one.
-		c := calls[0]
-		cmd := sc.EvalSha(ctx, s.client, c.keys, c.args...)
-		if err := cmd.Err(); err != nil && isNoScript(err) {
-			cmd = sc.Eval(ctx, s.client, c.keys, c.args...)
+		c := &calls[0]
+		c.reply = sc.EvalSha(ctx, s.client, c.keys, c.args...)
+		if err := c.reply.Err(); err != nil && isNoScript(err) {
+			c.reply = sc.Eval(ctx, s.client, c.keys, c.args...)
 		}
-		return []*redis.Cmd{cmd}, nil, nil
+		return nil, nil
 	}
-	cmds, waited := s.pipeline(ctx, "", sc, calls, wait, false)
-	if anyErr(cmds, isNoScript) {
+	waited := s.pipeline(ctx, "", sc, calls, wait, false)
+	if anyErr(calls, isNoScript) {
 		if err := sc.Load(ctx, s.scripter(ctx, route)).Err(); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		if cmds, waited = s.pipeline(ctx, "", sc, calls, wait, false); anyErr(cmds, isNoScript) {
-			cmds, waited = s.pipeline(ctx, "", sc, calls, wait, true)
+		if waited = s.pipeline(ctx, "", sc, calls, wait, false); anyErr(calls, isNoScript) {
+			waited = s.pipeline(ctx, "", sc, calls, wait, true)
 		}
 	}
 	if waited != nil {
 		unacked = s.checkAck(waited)
 	}
-	return cmds, unacked, nil
+	return unacked, nil
 }
 
 // pipeline sends calls as FCALL of fn when fn is set, else of sc by hash
-// or, with source, as EVAL; and WAIT after them when wait is set.
-func (s *redisStore) pipeline(ctx context.Context, fn string, sc *redis.Script, calls []scriptCall, wait, source bool) (cmds []*redis.Cmd, waited *redis.Cmd) {
+// or, with source, as EVAL, setting each call's reply; and WAIT after them
+// when wait is set.
+func (s *redisStore) pipeline(ctx context.Context, fn string, sc *redis.Script, calls []scriptCall, wait, source bool) (waited *redis.Cmd) {
 	pipe := s.client.Pipeline()
-	cmds = make([]*redis.Cmd, len(calls))
-	for i, c := range calls {
+	for i := range calls {
+		c := &calls[i]
 		switch {
 		case fn != "":
-			cmds[i] = pipe.FCall(ctx, fn, c.keys, c.args...)
+			c.reply = pipe.FCall(ctx, fn, c.keys, c.args...)
 		case source:
-			cmds[i] = sc.Eval(ctx, pipe, c.keys, c.args...)
+			c.reply = sc.Eval(ctx, pipe, c.keys, c.args...)
 		default:
-			cmds[i] = sc.EvalSha(ctx, pipe, c.keys, c.args...)
+			c.reply = sc.EvalSha(ctx, pipe, c.keys, c.args...)
 		}
 	}
 	if wait {
 		waited = pipe.Do(ctx, "WAIT", s.replicas, ms(s.replicaTimeout))
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
-	return cmds, waited
+	return waited
 }
 
 // checkAck reads WAIT's answer: nil when enough replicas acknowledged.
@@ -227,9 +241,9 @@ func (s *redisStore) scripter(ctx context.Context, route string) redis.Scripter 
 	return s.client
 }
 
-func anyErr(cmds []*redis.Cmd, is func(error) bool) bool {
-	for _, c := range cmds {
-		if err := c.Err(); err != nil && is(err) {
+func anyErr(calls []scriptCall, is func(error) bool) bool {
+	for _, c := range calls {
+		if err := c.reply.Err(); err != nil && is(err) {
 			return true
 		}
 	}
@@ -241,19 +255,19 @@ func isNoScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIP
 // isNoFunction reports the answer of a server that has FUNCTION but not
 // the library (a new node, a FUNCTION FLUSH).
 func isNoFunction(err error) bool {
-	var reply redis.Error
-	return errors.As(err, &reply) && strings.Contains(err.Error(), "Function not found")
+	_, reply := errors.AsType[redis.Error](err)
+	return reply && strings.Contains(err.Error(), "Function not found")
 }
 
 // isNoPermission reports a command the server's ACL denies the client:
 // one that may run scripts by hash but not functions keeps working.
 func isNoPermission(err error) bool {
-	var reply redis.Error
-	return errors.As(err, &reply) && strings.HasPrefix(err.Error(), "NOPERM")
+	_, reply := errors.AsType[redis.Error](err)
+	return reply && strings.HasPrefix(err.Error(), "NOPERM")
 }
 
 // isUnknownCommand reports the answer of a server without FCALL.
 func isUnknownCommand(err error) bool {
-	var reply redis.Error
-	return errors.As(err, &reply) && strings.Contains(strings.ToLower(err.Error()), "unknown command")
+	_, reply := errors.AsType[redis.Error](err)
+	return reply && strings.Contains(strings.ToLower(err.Error()), "unknown command")
 }
