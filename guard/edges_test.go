@@ -335,7 +335,7 @@ func TestOddFencingCounterRefused(t *testing.T) {
 	srv, ls := newLockers(t, 1)
 	admin := srv.Client(t)
 	for _, v := range []string{"inf", "nan", "1e300", "0x10", " 12", "9007199254740993"} {
-		admin.Set(t.Context(), "guard:{odd}:fence", v, 0)
+		admin.Set(t.Context(), "guard:{odd}:fence", v, time.Hour)
 		le, err := ls[0].Acquire(t.Context(), "odd", guard.Wait(0))
 		if err == nil {
 			mustRelease(t, le)
@@ -343,9 +343,13 @@ func TestOddFencingCounterRefused(t *testing.T) {
 		} else if !errors.Is(err, guard.ErrWrongType) {
 			t.Errorf("counter %q: %v, want ErrWrongType", v, err)
 		}
-		// The refused counter is left as it was, not replaced by a token.
+		// The refused counter is left as it was, not replaced by a token,
+		// and keeps its TTL: it is refused until it expires, not for good.
 		if got, err := admin.Get(t.Context(), "guard:{odd}:fence").Result(); err != nil || got != v {
 			t.Errorf("counter %q after the refusal: %q, %v", v, got, err)
+		}
+		if ttl, err := admin.PTTL(t.Context(), "guard:{odd}:fence").Result(); err != nil || ttl <= 0 {
+			t.Errorf("counter %q after the refusal: PTTL %v, %v; want the hour it had", v, ttl, err)
 		}
 	}
 	admin.Del(t.Context(), "guard:{odd}:fence")

@@ -210,3 +210,31 @@ func TestGoneGrantIsNotTakenAfterBusyAnswer(t *testing.T) {
 		}
 	}
 }
+
+// A release that would grant the key while the fencing counter cannot be
+// read grants nothing and leaves the counter as it was, its TTL included.
+func TestGrantLeavesUnreadableCounterAsItWas(t *testing.T) {
+	srv, ls := newLockers(t, 1)
+	c := srv.Client(t)
+	holder := mustAcquire(t, t.Context(), ls[0], "gr")
+	now, err := c.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A registration of a writer that takes grants, from no live Locker.
+	ghost := redis.Z{Score: float64(now.Add(5 * time.Second).UnixMilli()), Member: "ghost-locker ghost-owner g 3000 0 0"}
+	if err := c.ZAdd(t.Context(), "guard:{gr}:waiters", ghost).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.Set(t.Context(), "guard:{gr}:fence", "inf", time.Minute)
+	mustRelease(t, holder)
+	if got, _ := c.Get(t.Context(), "guard:{gr}:fence").Result(); got != "inf" {
+		t.Errorf("counter after the refused grant: %q, want \"inf\"", got)
+	}
+	if left, err := c.PTTL(t.Context(), "guard:{gr}:fence").Result(); err != nil || left <= 0 {
+		t.Errorf("counter TTL after the refused grant: %v, %v; want the minute it had", left, err)
+	}
+	if n, err := c.Exists(t.Context(), "guard:{gr}").Result(); err != nil || n != 0 {
+		t.Errorf("lock key after the refused grant: exists=%d, %v; want it free", n, err)
+	}
+}

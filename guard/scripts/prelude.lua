@@ -132,9 +132,8 @@ end
 -- none, or nil and an error reply when the key holds anything else: "inf",
 -- "1e300" or a number beyond what a double holds exactly would make the
 -- next token wrong.
--- counter_digits checks last, a counter's value (false: none), as
--- counter_of does.
-local function counter_digits(counter, last)
+local function counter_of(counter)
+  local last = redis.pcall('GET', counter)
   if type(last) == 'table' and last.err then
     return nil, redis.error_reply('WRONGTYPE ' .. counter .. ' is not a fencing counter (' .. last.err .. ')')
   end
@@ -146,10 +145,6 @@ local function counter_digits(counter, last)
   return digits
 end
 
-local function counter_of(counter)
-  return counter_digits(counter, redis.pcall('GET', counter))
-end
-
 -- mint returns the next fencing token from the counter, t being a TIME
 -- reply, and stores it; or false and an error reply when the counter key
 -- holds something else. A token is never below the server's clock in µs,
@@ -159,43 +154,21 @@ end
 -- otherwise a counter that is not already permanent lives at least that
 -- long, and at least ttl ms, from now.
 local function mint(counter, t, fence_ttl, ttl)
-  local token = us_of(t)
-  if fence_ttl == '0' then
-    -- The common case in one call: write the clock's token, read what it
-    -- replaced. A SET drops any TTL: the counter is permanent from now on.
-    local last = redis.pcall('SET', counter, token, 'GET')
-    local old_server = type(last) == 'table' and last.err and not string.find(last.err, 'WRONGTYPE', 1, true)
-    if not old_server then
-      local digits, err = counter_digits(counter, last)
-      if digits == nil then
-        -- Put back what was there (WRONGTYPE wrote nothing): a counter
-        -- that cannot be read is refused, never replaced. Its TTL, if it
-        -- had one, is gone: it is refused until an operator removes it.
-        if type(last) == 'string' then redis.call('SET', counter, last) end
-        return false, err
-      end
-      if digits and not greater(token, digits) then
-        token = int(tonumber(digits) + 1)
-        redis.call('SET', counter, token)
-      end
-      return token
-    end
-    -- Before Redis 6.2 SET has no GET: read, then write, below.
-  end
   local digits, err = counter_of(counter)
   if digits == nil then return false, err end
+  local token = us_of(t)
   if digits and not greater(token, digits) then
     token = int(tonumber(digits) + 1)
   end
   if fence_ttl == '0' then
-    redis.call('SET', counter, token)
-    return token
-  end
-  local left = redis.call('PTTL', counter)
-  if left == -1 then
-    redis.call('SET', counter, token, 'KEEPTTL') -- some holder wanted it kept
+    redis.call('SET', counter, token) -- drops any TTL: permanent from now on
   else
-    redis.call('SET', counter, token, 'PX', math.max(tonumber(fence_ttl), tonumber(ttl), left))
+    local left = redis.call('PTTL', counter)
+    if left == -1 then
+      redis.call('SET', counter, token, 'KEEPTTL') -- some holder wanted it kept
+    else
+      redis.call('SET', counter, token, 'PX', math.max(tonumber(fence_ttl), tonumber(ttl), left))
+    end
   end
   return token
 end
