@@ -152,7 +152,7 @@ func (s *redisStore) runOne(ctx context.Context, sc *script, route string, call 
 // where the server has FUNCTION (see runFunction), else by hash. It sets
 // each call's reply, and returns unacked, when too few replicas
 // acknowledged, and err when the script could not be loaded (the replies
-// are then unset).
+// are then not to be read: unset, or a failed attempt's).
 func (s *redisStore) runScript(ctx context.Context, sc *script, route string, calls []scriptCall, ack bool) (unacked, err error) {
 	if !s.scripts.noFunctions.Load() {
 		if unacked, ok := s.runFunction(ctx, sc, route, calls, ack); ok {

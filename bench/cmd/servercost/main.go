@@ -107,11 +107,12 @@ func markdown(names []string, results []result, n int) []byte {
 	return []byte(b.String())
 }
 
-// idleWindow is how long the idle cost is sampled; settle how long the
-// count goes on after the last pair, past the 2s release marker guard
-// leaves.
+// idleWindow is how long the idle cost is sampled (callgrind_control is
+// seen at the server's next wake-up, within 100ms: a long window keeps
+// that small); settle how long the count goes on after the last pair,
+// past the 2s release marker guard leaves.
 const (
-	idleWindow = 2 * time.Second
+	idleWindow = 5 * time.Second
 	settle     = 3 * time.Second
 )
 
@@ -139,7 +140,11 @@ func measure(name string, n int, keep string) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	defer lib.Close()
+	defer func() {
+		if err := lib.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "servercost: closing %s: %v\n", name, err)
+		}
+	}()
 	ctx := context.Background()
 	pair := func() error {
 		le, err := lib.Lock(ctx, "servercost")
@@ -170,10 +175,7 @@ func measure(name string, n int, keep string) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	if err := srv.zero(); err != nil {
-		return result{}, err
-	}
-	if err := srv.collect(true); err != nil {
+	if err := srv.collect(true); err != nil { // the dump zeroed the counts
 		return result{}, err
 	}
 	start := time.Now()
@@ -252,10 +254,8 @@ func (s *server) collect(on bool) error {
 	return s.control("-i", "off")
 }
 
-func (s *server) zero() error { return s.control("-z") }
-
-// dump has callgrind write its counts since the last dump or zero and
-// returns their total.
+// dump has callgrind write its counts since the last dump, which zeroes
+// them, and returns their total.
 func (s *server) dump() (int64, error) {
 	if err := s.control("-d"); err != nil {
 		return 0, err
