@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/jobguard/jobguard/bench/internal/locks"
+	"github.com/jobguard/jobguard/bench/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -212,7 +213,7 @@ type server struct {
 }
 
 func startServer(dir string) (*server, error) {
-	port, err := freePort()
+	port, err := redisproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -303,20 +304,4 @@ func (s *server) keep(base string) error {
 func (s *server) kill() {
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)
 	_ = s.cmd.Wait()
-}
-
-// freePort returns a loopback port that was free a moment ago, never 6379.
-func freePort() (int, error) {
-	for range 10 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		if port != 6379 {
-			return port, nil
-		}
-	}
-	return 0, errors.New("no free port")
 }

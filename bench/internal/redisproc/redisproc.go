@@ -46,7 +46,7 @@ func Start(ctx context.Context, cpu int) (*Server, error) {
 }
 
 func start(ctx context.Context, cpu int) (*Server, error) {
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -99,8 +99,8 @@ func (s *Server) waitReady(ctx context.Context) error {
 	}
 }
 
-// freePort returns a loopback port that was free a moment ago, never 6379.
-func freePort() (int, error) {
+// FreePort returns a loopback port that was free a moment ago, never 6379.
+func FreePort() (int, error) {
 	for range 10 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
