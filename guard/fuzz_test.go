@@ -133,11 +133,7 @@ const (
 
 func (o fuzzOptions) options() []Option {
 	var opts []Option
-	add := func(bit uint8, opt Option) {
-		if o.set&bit != 0 {
-			opts = append(opts, opt)
-		}
-	}
+	add := func(bit uint8, opt Option) { opts = appendIfSet(opts, o.set, bit, opt) }
 	add(setTTL, WithTTL(time.Duration(o.ttl)))
 	add(setInterval, WithRenewInterval(time.Duration(o.interval)))
 	add(setGrace, WithStopGrace(time.Duration(o.grace)))
@@ -217,11 +213,7 @@ const (
 
 func (o fuzzLockOptions) options() []LockOption {
 	var opts []LockOption
-	add := func(bit uint8, opt LockOption) {
-		if o.set&bit != 0 {
-			opts = append(opts, opt)
-		}
-	}
+	add := func(bit uint8, opt LockOption) { opts = appendIfSet(opts, o.set, bit, opt) }
 	add(setWait, Wait(time.Duration(o.wait)))
 	add(setLockTTL, TTL(time.Duration(o.ttl)))
 	add(setMinHold, MinHold(time.Duration(o.minHold)))
@@ -370,4 +362,13 @@ func FuzzOptions(f *testing.F) {
 			}
 		}
 	})
+}
+
+// appendIfSet appends opt when bit is in set: a fuzz input picks which
+// options it passes.
+func appendIfSet[O any](opts []O, set, bit uint8, opt O) []O {
+	if set&bit != 0 {
+		return append(opts, opt)
+	}
+	return opts
 }
