@@ -580,3 +580,17 @@ func benchRenew(b *testing.B, leases int, latency time.Duration) {
 	b.ReportMetric(micros(ping), "ping-µs")
 	b.ReportMetric(float64(lost), "lost")
 }
+
+// timedAcquireRelease takes key on l and releases it, and returns how long
+// both took.
+func timedAcquireRelease(b *testing.B, l *guard.Locker, key string) time.Duration {
+	start := time.Now()
+	le, err := l.Acquire(b.Context(), key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := le.Release(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}

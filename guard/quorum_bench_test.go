@@ -27,18 +27,7 @@ func BenchmarkQuorumAcquireRelease(b *testing.B) {
 	single, _ := benchLocker(b, servers[3].Addr())
 	addrs := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
 	quorum := newQuorumLocker(b, addrs, nil)
-	ctx := b.Context()
-	op := func(l *guard.Locker, key string) time.Duration {
-		start := time.Now()
-		le, err := l.Acquire(ctx, key)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := le.Release(ctx); err != nil {
-			b.Fatal(err)
-		}
-		return time.Since(start)
-	}
+	op := func(l *guard.Locker, key string) time.Duration { return timedAcquireRelease(b, l, key) }
 	for i := range 100 { // load the scripts, open the connections
 		op(single, fmt.Sprint("warm-", i))
 		op(quorum, fmt.Sprint("warm-", i))

@@ -76,18 +76,7 @@ func BenchmarkTopologyAcquireRelease(b *testing.B) {
 // (over standalone) and on l (over servers) and reports both.
 func benchTopology(b *testing.B, single *guard.Locker, singleTrips *roundTrips, standalone *redistest.Server,
 	l *guard.Locker, trips *roundTrips, servers []*redistest.Server) {
-	ctx := b.Context()
-	op := func(l *guard.Locker, key string) time.Duration {
-		start := time.Now()
-		le, err := l.Acquire(ctx, key)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := le.Release(ctx); err != nil {
-			b.Fatal(err)
-		}
-		return time.Since(start)
-	}
+	op := func(l *guard.Locker, key string) time.Duration { return timedAcquireRelease(b, l, key) }
 	for i := range 100 { // load the scripts, open the connections
 		op(single, "warm-"+strconv.Itoa(i))
 		op(l, "warm-"+strconv.Itoa(i))
