@@ -130,11 +130,6 @@ func (l *Locker) newAcquisition(parent context.Context, key string, write bool, 
 		owner: rand.Text(), // 26 base32 characters: 130 random bits
 		ttl:   t.ttl, write: write, minHold: lc.minHold, fenceTTL: lc.fenceTTL, permits: lc.permits,
 		identity: l.cfg.identity,
-		// A waiting acquisition registers again at every attempt, and
-		// attempts at least once per TTL (see wait), so twice the TTL
-		// outlives the gap; one whose process crashed drops out of the
-		// queue within it.
-		registration: 2 * t.ttl,
 	}
 	if !lc.waitSet || lc.wait > 0 {
 		a.args.waiter = l.id // a caller that will wait is woken by name, or granted the key
@@ -282,8 +277,10 @@ func (a *acquisition) wait(ctx context.Context, before mark, heldFor time.Durati
 			return nil // a release may have come between the attempt and the subscription
 		}
 	}
-	// At least once a TTL, so the registration (twice the TTL) is renewed
-	// while a holder with a longer TTL, or a long MinHold, keeps the key.
+	// At least once a TTL, so the registration is renewed while a holder
+	// with a longer TTL, or a long MinHold, keeps the key: acquire.lua
+	// keeps it for twice the TTL, which outlives the gap, and one whose
+	// process crashed drops out of the queue within it.
 	sleep := min(heldFor+time.Millisecond, a.timing.ttl)
 	if a.lc.waitSet {
 		sleep = min(sleep, a.deadline.Sub(a.l.clock.Now()))

@@ -28,7 +28,7 @@ func (s *redisStore) forceRelease(ctx context.Context, k keys) (LockState, error
 
 // runInspect is the one call of inspect.lua; mode is "read" or "release".
 func (s *redisStore) runInspect(ctx context.Context, k keys, mode string) (LockState, error) {
-	call := scriptCall{keys: []string{k.lock, k.fence, k.waiters, k.channel}, args: []any{mode, s.publish}}
+	call := scriptCall{keys: []string{k.lock, k.fence, k.waiters}, args: []any{mode}}
 	reply, _, err := s.runOne(ctx, &s.scripts.inspect, k.lock, call, false)
 	if err != nil {
 		return LockState{}, classify(err)

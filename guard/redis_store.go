@@ -18,12 +18,8 @@ import (
 type redisStore struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil outside Cluster
-	// publish is "PUBLISH", or "SPUBLISH" on Cluster: an ARGV of the
-	// scripts, held as an interface so that it is not boxed again, an
-	// allocation, for every request.
-	publish any
 
-	scripts *scripts
+	scripts *scripts // publishing with SPUBLISH on Cluster
 
 	replicas       int // WAIT for this many replicas after acquisitions and renewals; 0: don't
 	replicaTimeout time.Duration
@@ -33,17 +29,14 @@ type redisStore struct {
 }
 
 func newRedisStore(client redis.UniversalClient, replicas int, replicaTimeout time.Duration) *redisStore {
-	s := &redisStore{
+	cc, _ := client.(*redis.ClusterClient)
+	return &redisStore{
 		client:         client,
-		publish:        "PUBLISH",
-		scripts:        newScripts(),
+		cluster:        cc,
+		scripts:        newScripts(cc != nil),
 		replicas:       replicas,
 		replicaTimeout: replicaTimeout,
 	}
-	if cc, ok := client.(*redis.ClusterClient); ok {
-		s.cluster, s.publish = cc, "SPUBLISH"
-	}
-	return s
 }
 
 func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquireReply, error) {
@@ -52,8 +45,11 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 		mode = "w"
 	}
 	call := scriptCall{
-		keys: []string{k.lock, k.fence, k.waiters, k.channel},
-		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), s.registration(a), ms(a.registration), s.publish, ms(a.fenceTTL), a.identity, max(a.permits, 1)},
+		keys: []string{k.lock, k.fence, k.waiters},
+		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), s.registration(a), ms(a.fenceTTL), a.identity},
+	}
+	if a.permits > 1 {
+		call.args = append(call.args, a.permits)
 	}
 	reply, unacked, err := s.runOne(ctx, &s.scripts.acquire, k.lock, call, true)
 	if err != nil {
@@ -81,8 +77,8 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 
 func (s *redisStore) setCounts(ctx context.Context, k keys, a countArgs) (outcome, error) {
 	call := scriptCall{
-		keys: []string{k.lock, k.channel, k.waiters, k.doneMarker(a.owner), k.fence},
-		args: []any{a.owner, a.writes, a.reads, s.publish, ms(a.marker)},
+		keys: []string{k.lock, k.waiters, k.doneMarker(a.owner), k.fence},
+		args: []any{a.owner, a.writes, a.reads, ms(a.marker)},
 	}
 	reply, _, err := s.runOne(ctx, &s.scripts.setCounts, k.lock, call, false)
 	if err != nil {

@@ -38,6 +38,10 @@ type script struct {
 	fn  string // the function's name in the library
 }
 
+// publishLine is the line of prelude.lua that newScripts rewrites for
+// Cluster.
+const publishLine = "local PUBLISH = 'PUBLISH'"
+
 // scripts are compiled per store rather than as package variables, keeping
 // the package free of global state; redis.NewScript only hashes the source.
 type scripts struct {
@@ -51,7 +55,9 @@ type scripts struct {
 	noFunctions atomic.Bool // a server knows no FCALL or denies it: use EVALSHA
 }
 
-func newScripts() *scripts {
+// newScripts compiles the scripts for a store; sharded ones notify waiters
+// with SPUBLISH (Cluster), the others with PUBLISH.
+func newScripts(sharded bool) *scripts {
 	bodies := []struct {
 		name string
 		lua  string
@@ -60,18 +66,23 @@ func newScripts() *scripts {
 	for _, b := range bodies {
 		h.Write([]byte(b.lua))
 	}
-	h.Write([]byte(preludeLua))
+	prelude := preludeLua
+	if sharded {
+		prelude = strings.Replace(prelude, publishLine, "local PUBLISH = 'SPUBLISH'", 1)
+	}
+	h.Write([]byte(prelude))
 	name := "jobguard_" + hex.EncodeToString(h.Sum(nil))[:12]
+	evalPrelude := prelude
 	// A function library may not call Redis while it loads; functions are
 	// replicated as effects anyway.
-	prelude := strings.Replace(preludeLua, "if redis.replicate_commands then redis.replicate_commands() end", "", 1)
+	prelude = strings.Replace(prelude, "if redis.replicate_commands then redis.replicate_commands() end", "", 1)
 	var lib strings.Builder
 	fmt.Fprintf(&lib, "#!lua name=%s\n%s\n", name, prelude)
 	made := make([]script, len(bodies))
 	for i, b := range bodies {
 		fn := name + "_" + b.name
 		fmt.Fprintf(&lib, "redis.register_function('%s', function(KEYS, ARGV)\n%s\nend)\n", fn, b.lua)
-		made[i] = script{lua: redis.NewScript(preludeLua + b.lua), fn: fn}
+		made[i] = script{lua: redis.NewScript(evalPrelude + b.lua), fn: fn}
 	}
 	return &scripts{acquire: made[0], renew: made[1], setCounts: made[2], claimFenced: made[3], inspect: made[4], library: lib.String()}
 }

@@ -96,3 +96,45 @@ func TestScriptsFallBackWhenACLDeniesFunctions(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The scripts name no channel and no publish command in their calls: they
+// derive the channel from the lock key and take the command from the
+// prelude. A release's message must still reach the channel keysFor names,
+// by FCALL and by hash alike; and only a Cluster store's scripts use
+// SPUBLISH.
+func TestScriptsPublishOnTheLocksChannel(t *testing.T) {
+	if strings.Count(preludeLua, publishLine) != 1 {
+		t.Fatalf("prelude.lua must hold %q once, for newScripts to rewrite", publishLine)
+	}
+	if lib := newScripts(true).library; strings.Contains(lib, publishLine) || !strings.Contains(lib, "local PUBLISH = 'SPUBLISH'") {
+		t.Error("a sharded library does not publish with SPUBLISH")
+	}
+	if lib := newScripts(false).library; !strings.Contains(lib, publishLine) {
+		t.Error("a standalone library does not publish with PUBLISH")
+	}
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	for _, byHash := range []bool{false, true} {
+		st := newRedisStore(c, 0, 0)
+		st.scripts.noFunctions.Store(byHash)
+		k := keysFor("guard:", "chan")
+		ps := c.Subscribe(t.Context(), k.channel)
+		if _, err := ps.Receive(t.Context()); err != nil { // the subscription's confirmation
+			t.Fatal(err)
+		}
+		rep, err := st.acquire(t.Context(), k, acquireArgs{owner: "O1", ttl: 10 * time.Second, write: true, identity: "me"})
+		if err != nil || !rep.acquired {
+			t.Fatalf("by hash %v: acquire = %+v, %v", byHash, rep, err)
+		}
+		if res, err := st.setCounts(t.Context(), k, countArgs{owner: "O1", marker: time.Second}); err != nil || res != applied {
+			t.Fatalf("by hash %v: release = %v, %v", byHash, res, err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		msg, err := ps.ReceiveMessage(ctx)
+		cancel()
+		if err != nil || msg.Payload != "free " {
+			t.Fatalf("by hash %v: message on %s = %v, %v; want \"free \"", byHash, k.channel, msg, err)
+		}
+		_ = ps.Close()
+	}
+}

@@ -153,10 +153,9 @@ type acquireArgs struct {
 	// waiter is the Locker id under which the acquisition registers in the
 	// lock's queue if the key is busy, so a release can name that Locker or
 	// grant the key to the acquisition; "" for a caller that will not wait.
-	// The registration lasts registration.
-	waiter       string
-	registration time.Duration
-	identity     string // who takes the hold (WithIdentity), recorded with it
+	// The registration lasts twice the TTL (acquire.lua).
+	waiter   string
+	identity string // who takes the hold (WithIdentity), recorded with it
 }
 
 // acquireReply is acquire.lua's answer.

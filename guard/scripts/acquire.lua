@@ -1,17 +1,21 @@
 -- acquire.lua: a fresh hold, write or read.
 -- KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] waiting acquisitions
--- (zset: registration -> its expiry, server ms), KEYS[4] release channel
+-- (zset: registration -> its expiry, server ms)
 -- ARGV[1] owner id, ARGV[2] TTL ms, ARGV[3] 'w' or 'r', ARGV[4] MinHold ms,
 -- ARGV[5] the acquisition's registration, to add when busy ('' for a caller
 -- that will not wait): '<Locker id> <owner> <kind> <TTL ms> <MinHold ms>
 -- <FenceTTL ms>[ <identity>]', kind 'g' for a writer that takes a grant (set_counts.lua),
 -- 'w' for one that does not, 'r' for a reader, followed by n for a writer
 -- of one of n permits ('g4'); the identity comes last, as it may hold
--- spaces; ARGV[6] registration ms,
--- ARGV[7] 'PUBLISH' or 'SPUBLISH', ARGV[8] FenceTTL ms (see mint),
--- ARGV[9] the holder's identity, recorded with a fresh hold as <owner>:i,
--- ARGV[10] permits: '1' (or absent) for a plain lock, n for one of n
--- permits (a writer)
+-- spaces. A registration lasts twice the TTL: a waiting acquisition
+-- attempts again at least once per TTL.
+-- ARGV[6] FenceTTL ms (see mint),
+-- ARGV[7] the holder's identity, recorded with a fresh hold as <owner>:i,
+-- ARGV[8] permits: absent for a plain lock, n for one of n permits (a
+-- writer)
+-- Every argument costs the server a string and a slot in ARGV: what the
+-- script can derive (the channel, the publish command, the registration's
+-- expiry) is not sent.
 -- Returns {1, token} when acquired; {0, ms until the latest holder expires
 -- (for a permit: until the first holder expires), the newest token minted
 -- so far (0 when none)} when busy: a grant with a token not above it was
@@ -23,7 +27,7 @@
 -- When other acquisitions wait for the key, publishes 'taken' for a write
 -- hold and 'read' for a read hold (their readers may join it).
 local key, owner, mode, member = KEYS[1], ARGV[1], ARGV[3], ARGV[5]
-local identity, permits = ARGV[9] or '', ARGV[10] or '1'
+local identity, permits = ARGV[7] or '', ARGV[8] or '1'
 local t = redis.call('TIME')
 -- The clock in ms, read from t only when a decision needs it: a free key
 -- without MinHold needs only the token, which is in µs.
@@ -59,13 +63,13 @@ if permits ~= '1' then
 end
 if busy then
   if member ~= '' then
-    local registration = tonumber(ARGV[6])
+    local registration = 2 * tonumber(ARGV[2])
     redis.call('ZADD', KEYS[3], now + registration, member)
     extend_key(KEYS[3], registration)
   end
   return {0, until_ms - now, tonumber(redis.call('GET', KEYS[2])) or 0}
 end
-local token, err = mint(KEYS[2], t, ARGV[8], ARGV[2])
+local token, err = mint(KEYS[2], t, ARGV[6], ARGV[2])
 if not token then return err end
 if now == 0 and ARGV[4] ~= '0' then now = ms_of(t) end
 if permits ~= '1' and owners == 0 and ARGV[4] == '0' then
@@ -127,9 +131,9 @@ local others = redis.call('ZCARD', KEYS[3])
 if others > 0 and member ~= '' then others = others - redis.call('ZREM', KEYS[3], member) end
 if others > 0 then
   if mode == 'w' then
-    redis.call(ARGV[7], KEYS[4], 'taken')
+    redis.call(PUBLISH, channel_of(key), 'taken')
   else
-    redis.call(ARGV[7], KEYS[4], 'read')
+    redis.call(PUBLISH, channel_of(key), 'read')
   end
 end
 return {1, token} -- digits, as the counter holds them

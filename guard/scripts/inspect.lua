@@ -1,8 +1,8 @@
 -- inspect.lua: what a lock is at one instant of the server's clock; with
 -- 'release', also the operator's override that ends every hold on it.
 -- KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] waiting acquisitions
--- (see acquire.lua), KEYS[4] release channel
--- ARGV[1] 'read' or 'release', ARGV[2] 'PUBLISH' or 'SPUBLISH'
+-- (see acquire.lua)
+-- ARGV[1] 'read' or 'release'
 -- Returns a flat array:
 --   the fencing counter's digits ('' when there is none),
 --   the key's number of permits (prelude.lua's 'permits'; 0 for a free key
@@ -80,6 +80,6 @@ end
 if ARGV[1] == 'release' and kind == 'hash' then
   redis.call('DEL', key)
   local next = waiting[1] and string.match(waiting[1], '^%S+') or ''
-  redis.call(ARGV[2], KEYS[4], 'free ' .. next)
+  redis.call(PUBLISH, channel_of(key), 'free ' .. next)
 end
 return out

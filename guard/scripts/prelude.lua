@@ -27,6 +27,18 @@
 
 if redis.replicate_commands then redis.replicate_commands() end
 
+-- PUBLISH is the command that notifies waiters: 'SPUBLISH' on Cluster,
+-- where newScripts rewrites this line, so that no call carries it.
+local PUBLISH = 'PUBLISH'
+
+-- channel_of returns the release channel of lock key: waiters subscribe
+-- to it (keysFor names it the same). A channel is not a key, so no script
+-- declares it; it carries the lock's hash tag, so on Cluster its shard is
+-- the lock's.
+local function channel_of(key)
+  return key .. ':released'
+end
+
 -- ms_of returns a TIME reply in ms.
 local function ms_of(t)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

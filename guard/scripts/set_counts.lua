@@ -1,9 +1,9 @@
 -- set_counts.lua: set an owner's hold counts: re-entry, downgrade, partial and final release.
 -- Counts are set, not incremented, so a retried call is harmless.
--- KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] waiting acquisitions
--- (see acquire.lua), KEYS[4] the owner's release marker, KEYS[5] fencing counter
--- ARGV[1] owner id, ARGV[2] write count, ARGV[3] read count, ARGV[4] 'PUBLISH' or 'SPUBLISH',
--- ARGV[5] for a final release (counts 0, 0): ms to keep the release marker, so
+-- KEYS[1] lock hash, KEYS[2] waiting acquisitions (see acquire.lua),
+-- KEYS[3] the owner's release marker, KEYS[4] fencing counter
+-- ARGV[1] owner id, ARGV[2] write count, ARGV[3] read count,
+-- ARGV[4] for a final release (counts 0, 0): ms to keep the release marker, so
 -- that a retry of this call knows it applied; 0 drops a hold that was never
 -- handed to its caller: at once, ignoring MinHold, and with no marker
 -- Returns 1 when applied (or, for a final release, applied before), 0 when the
@@ -27,9 +27,9 @@
 -- grants for the same number of permits; else it publishes 'free' naming
 -- that registration's Locker. A release that frees no permit (a partial
 -- one, or one kept for MinHold) grants nothing.
-local key, chan, owner = KEYS[1], KEYS[2], ARGV[1]
-local writes, reads, publish = ARGV[2], ARGV[3], ARGV[4]
-local final, marker = writes == '0' and reads == '0', ARGV[5]
+local key, waiting, done, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local owner, writes, reads, marker = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local final = writes == '0' and reads == '0'
 
 -- The clock is read only when a decision needs it.
 local now, t = false, false
@@ -54,7 +54,7 @@ local function grant(r, at, permits)
   local identity = string.sub(rest, 2) -- after its space; '' when none
   local left = math.min(tonumber(ttl), at - clock())
   -- A counter of another type is reported to the waiter by its own attempt.
-  local token = mint(KEYS[5], t, fence_ttl, ttl)
+  local token = mint(counter, t, fence_ttl, ttl)
   if not token then return false end
   if n ~= '1' then
     -- A permit: beside other holders it needs an expiry of its own.
@@ -70,8 +70,8 @@ local function grant(r, at, permits)
   else
     redis.call('PEXPIRE', key, left)
   end
-  redis.call('ZREM', KEYS[3], r)
-  redis.call(publish, chan, 'grant ' .. locker .. ' ' .. o .. ' ' .. token)
+  redis.call('ZREM', waiting, r)
+  redis.call(PUBLISH, channel_of(key), 'grant ' .. locker .. ' ' .. o .. ' ' .. token)
   return true
 end
 
@@ -80,22 +80,22 @@ end
 -- whose registration a failover or an eviction lost still hears it.
 -- permits is set when one permit of a key still held is free (see grant).
 local function notify(what, permits)
-  if redis.call('EXISTS', KEYS[3]) == 0 then
-    redis.call(publish, chan, what .. ' ')
+  if redis.call('EXISTS', waiting) == 0 then
+    redis.call(PUBLISH, channel_of(key), what .. ' ')
     return
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', clock())
-  local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  redis.call('ZREMRANGEBYSCORE', waiting, '-inf', clock())
+  local first = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')
   if first[1] and what == 'free' and grant(first[1], tonumber(first[2]), permits) then return end
   local next = first[1] and string.match(first[1], '^%S+') or ''
-  redis.call(publish, chan, what .. ' ' .. next)
+  redis.call(PUBLISH, channel_of(key), what .. ' ' .. next)
 end
 
 local got = redis.call('HMGET', key, owner .. ':t', owner .. ':x', 'writer', owner .. ':m')
 local token, x, writer, keep = got[1], got[2], got[3], got[4]
 if not token or (x and tonumber(x) <= clock()) then
   -- What Redis recorded, not timing, tells a retried release from a lost one.
-  if final and marker ~= '0' and redis.call('EXISTS', KEYS[4]) == 1 then return 1 end
+  if final and marker ~= '0' and redis.call('EXISTS', done) == 1 then return 1 end
   if redis.call('EXISTS', key) == 1 and sweep(key, clock()) > 0 then return -1 end
   return 0
 end
@@ -114,12 +114,12 @@ if not final then
   end
   if writes == '0' and writer == owner then
     redis.call('HDEL', key, 'writer')
-    redis.call(publish, chan, 'read')
+    redis.call(PUBLISH, channel_of(key), 'read')
   end
   return 1
 end
 if marker ~= '0' then
-  redis.call('SET', KEYS[4], '1', 'PX', marker)
+  redis.call('SET', done, '1', 'PX', marker)
 end
 if keep and tonumber(keep) > clock() and marker ~= '0' then
   redis.call('HDEL', key, owner, owner .. ':r')
