@@ -152,18 +152,18 @@ func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
 	client := srv.Client(t)
 	script := redis.NewScript(readScript(t, "prelude.lua") + readScript(t, "acquire.lua"))
 	keys := []string{"guard:{retry}", "guard:{retry}:fence", "guard:{retry}:waiters"}
-	first, err := script.Run(t.Context(), client, keys, "owner-1", 10000, "w", 0, "", 0).Int64Slice()
+	first, err := script.Run(t.Context(), client, keys, "owner-1", 10000, "w", "", "id").Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := script.Run(t.Context(), client, keys, "owner-1", 10000, "w", 0, "", 0).Int64Slice()
+	again, err := script.Run(t.Context(), client, keys, "owner-1", 10000, "w", "", "id").Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if first[0] != 1 || again[0] != 1 || again[1] != first[1] {
 		t.Fatalf("first %v, retried %v: want both acquired with the same token", first, again)
 	}
-	other, err := script.Run(t.Context(), client, keys, "owner-2", 10000, "w", 0, "", 0).Int64Slice()
+	other, err := script.Run(t.Context(), client, keys, "owner-2", 10000, "w", "", "id").Int64Slice()
 	if err != nil || other[0] != 0 {
 		t.Fatalf("another owner: %v, %v; want busy", other, err)
 	}

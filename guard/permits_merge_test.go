@@ -99,7 +99,7 @@ func TestPermitIdentityDroppedWithHold(t *testing.T) {
 	}
 }
 
-// acquire.lua called directly: identity is ARGV[7], permits ARGV[8]; a busy
+// acquire.lua called directly: identity is ARGV[5], permits ARGV[8]; a busy
 // permit answer carries the newest token minted (the grant-age rule), and a
 // permit's HSET records the identity.
 func TestAcquireScriptPermitArgs(t *testing.T) {
@@ -109,7 +109,7 @@ func TestAcquireScriptPermitArgs(t *testing.T) {
 	keys := []string{"guard:{argv}", "guard:{argv}:fence", "guard:{argv}:waiters"}
 	run := func(owner string) []int64 {
 		t.Helper()
-		v, err := script.Run(t.Context(), client, keys, owner, 10000, "w", 0, "", 0, "id "+owner, 2).Int64Slice()
+		v, err := script.Run(t.Context(), client, keys, owner, 10000, "w", "", "id "+owner, 0, 0, 2).Int64Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +131,7 @@ func TestAcquireScriptPermitArgs(t *testing.T) {
 		t.Fatalf("hash = %v; want both identities and permits 2", h)
 	}
 	// A plain acquisition (ARGV[8] absent) is refused: holders hold 2.
-	plain, err := script.Run(t.Context(), client, keys, "OWNERD", 10000, "w", 0, "", 0, "id").Int64Slice()
+	plain, err := script.Run(t.Context(), client, keys, "OWNERD", 10000, "w", "", "id").Int64Slice()
 	if err != nil || plain[0] != -1 || plain[1] != 2 {
 		t.Fatalf("plain = %v, %v; want {-1, 2}", plain, err)
 	}

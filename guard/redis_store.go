@@ -46,10 +46,16 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 	}
 	call := scriptCall{
 		keys: []string{k.lock, k.fence, k.waiters},
-		args: []any{a.owner, ms(a.ttl), mode, ms(a.minHold), s.registration(a), ms(a.fenceTTL), a.identity},
+		args: []any{a.owner, ms(a.ttl), mode, s.registration(a), a.identity},
 	}
-	if a.permits > 1 {
-		call.args = append(call.args, a.permits)
+	// The trailing arguments at their defaults are left out (see acquire.lua).
+	switch {
+	case a.permits > 1:
+		call.args = append(call.args, ms(a.minHold), ms(a.fenceTTL), a.permits)
+	case a.fenceTTL > 0:
+		call.args = append(call.args, ms(a.minHold), ms(a.fenceTTL))
+	case a.minHold > 0:
+		call.args = append(call.args, ms(a.minHold))
 	}
 	reply, unacked, err := s.runOne(ctx, &s.scripts.acquire, k.lock, call, true)
 	if err != nil {
@@ -78,7 +84,10 @@ func (s *redisStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquir
 func (s *redisStore) setCounts(ctx context.Context, k keys, a countArgs) (outcome, error) {
 	call := scriptCall{
 		keys: []string{k.lock, k.waiters, k.doneMarker(a.owner), k.fence},
-		args: []any{a.owner, a.writes, a.reads, ms(a.marker)},
+		args: []any{a.owner, ms(a.marker)},
+	}
+	if a.writes != 0 || a.reads != 0 { // a final release sends no counts (see set_counts.lua)
+		call.args = append(call.args, a.writes, a.reads)
 	}
 	reply, _, err := s.runOne(ctx, &s.scripts.setCounts, k.lock, call, false)
 	if err != nil {

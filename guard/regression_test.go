@@ -69,17 +69,17 @@ func TestRenewDoesNotExtendMinHold(t *testing.T) {
 	update := redis.NewScript(readScript(t, "prelude.lua") + readScript(t, "set_counts.lua"))
 	renew := redis.NewScript(readScript(t, "prelude.lua") + readScript(t, "renew.lua"))
 	k := []string{"guard:{m}", "guard:{m}:fence", "guard:{m}:waiters"}
-	if _, err := acquire.Run(t.Context(), c, k, "o1", 10000, "w", 300, "", 0).Int64Slice(); err != nil {
+	if _, err := acquire.Run(t.Context(), c, k, "o1", 10000, "w", "", "id", 300).Int64Slice(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := update.Run(t.Context(), c, []string{k[0], k[2], "guard:{m}:done:o1", k[1]}, "o1", 0, 0, 2000).Int64(); err != nil {
+	if _, err := update.Run(t.Context(), c, []string{k[0], k[2], "guard:{m}:done:o1", k[1]}, "o1", 2000).Int64(); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := renew.Run(t.Context(), c, []string{k[0]}, "o1", 10000).Int64(); err != nil || res == 1 {
 		t.Fatalf("renew of a released hold = %d, %v; want it refused", res, err)
 	}
 	time.Sleep(500 * time.Millisecond)
-	got, err := acquire.Run(t.Context(), c, k, "o2", 10000, "w", 0, "", 0).Int64Slice()
+	got, err := acquire.Run(t.Context(), c, k, "o2", 10000, "w", "", "id").Int64Slice()
 	if err != nil || got[0] != 1 {
 		t.Fatalf("other owner after MinHold 300ms: %v, %v; want acquired", got, err)
 	}

@@ -1,33 +1,33 @@
 -- acquire.lua: a fresh hold, write or read.
 -- KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] waiting acquisitions
 -- (zset: registration -> its expiry, server ms)
--- ARGV[1] owner id, ARGV[2] TTL ms, ARGV[3] 'w' or 'r', ARGV[4] MinHold ms,
--- ARGV[5] the acquisition's registration, to add when busy ('' for a caller
+-- ARGV[1] owner id, ARGV[2] TTL ms, ARGV[3] 'w' or 'r',
+-- ARGV[4] the acquisition's registration, to add when busy ('' for a caller
 -- that will not wait): '<Locker id> <owner> <kind> <TTL ms> <MinHold ms>
 -- <FenceTTL ms>[ <identity>]', kind 'g' for a writer that takes a grant (set_counts.lua),
 -- 'w' for one that does not, 'r' for a reader, followed by n for a writer
 -- of one of n permits ('g4'); the identity comes last, as it may hold
 -- spaces. A registration lasts twice the TTL: a waiting acquisition
 -- attempts again at least once per TTL.
--- ARGV[6] FenceTTL ms (see mint),
--- ARGV[7] the holder's identity, recorded with a fresh hold as <owner>:i,
--- ARGV[8] permits: absent for a plain lock, n for one of n permits (a
--- writer)
+-- ARGV[5] the holder's identity, recorded with a fresh hold as <owner>:i,
+-- then, each absent when it and those after it have their defaults:
+-- ARGV[6] MinHold ms (0), ARGV[7] FenceTTL ms (0; see mint), ARGV[8]
+-- permits: 1 for a plain lock, n for one of n permits (a writer)
 -- Every argument costs the server a string and a slot in ARGV: what the
 -- script can derive (the channel, the publish command, the registration's
--- expiry) is not sent.
+-- expiry) or assume (the defaults) is not sent.
 -- Returns {1, token} when acquired; {0, ms until the latest holder expires
 -- (for a permit: until the first holder expires), the newest token minted
 -- so far (0 when none)} when busy: a grant with a token not above it was
 -- made before this attempt, and is gone; {-1, n} when the key's holders
--- hold n permits, not ARGV[10] (nothing changed).
+-- hold n permits, not ARGV[8] (nothing changed).
 -- An owner that holds the key already (a retry after a lost reply, or a
 -- waiter that a release granted the key to) has its hold extended to the
 -- TTL from now, as a renewal would, and gets its token.
 -- When other acquisitions wait for the key, publishes 'taken' for a write
 -- hold and 'read' for a read hold (their readers may join it).
-local key, owner, mode, member = KEYS[1], ARGV[1], ARGV[3], ARGV[5]
-local identity, permits = ARGV[7] or '', ARGV[8] or '1'
+local key, owner, mode, member, identity = KEYS[1], ARGV[1], ARGV[3], ARGV[4], ARGV[5] or ''
+local min_hold, fence_ttl, permits = ARGV[6] or '0', ARGV[7] or '0', ARGV[8] or '1'
 local t = redis.call('TIME')
 -- The clock in ms, read from t only when a decision needs it: a free key
 -- without MinHold needs only the token, which is in µs.
@@ -69,17 +69,17 @@ if busy then
   end
   return {0, until_ms - now, tonumber(redis.call('GET', KEYS[2])) or 0}
 end
-local token, err = mint(KEYS[2], t, ARGV[6], ARGV[2])
+local token, err = mint(KEYS[2], t, fence_ttl, ARGV[2])
 if not token then return err end
-if now == 0 and ARGV[4] ~= '0' then now = ms_of(t) end
-if permits ~= '1' and owners == 0 and ARGV[4] == '0' then
+if now == 0 and min_hold ~= '0' then now = ms_of(t) end
+if permits ~= '1' and owners == 0 and min_hold == '0' then
   -- A free permit, no MinHold: the fields permit_fields would give.
   redis.call('HSET', key, owner .. ':t', token, owner, '1', 'permits', permits, owner .. ':i', identity)
   redis.call('PEXPIRE', key, ARGV[2])
 elseif permits ~= '1' then
   -- A permit (see prelude.lua): permit holders join one another as readers do.
   local ttl, keep = tonumber(ARGV[2]), false
-  if ARGV[4] ~= '0' then keep = now + tonumber(ARGV[4]) end
+  if min_hold ~= '0' then keep = now + tonumber(min_hold) end
   local fields = permit_fields(owner, token, permits, owners > 0 and now + ttl, keep, identity)
   if lone then
     table.insert(fields, lone .. ':x'); table.insert(fields, now + redis.call('PTTL', key))
@@ -90,7 +90,7 @@ elseif permits ~= '1' then
   else
     extend_key(key, ttl)
   end
-elseif owners == 0 and ARGV[4] == '0' then
+elseif owners == 0 and min_hold == '0' then
   -- The common case: a free key, no MinHold.
   if mode == 'w' then
     redis.call('HSET', key, owner .. ':t', token, 'writer', owner, owner, '1', owner .. ':i', identity)
@@ -107,8 +107,8 @@ else
   else
     table.insert(fields, owner .. ':r'); table.insert(fields, '1')
   end
-  if ARGV[4] ~= '0' then
-    table.insert(fields, owner .. ':m'); table.insert(fields, now + tonumber(ARGV[4]))
+  if min_hold ~= '0' then
+    table.insert(fields, owner .. ':m'); table.insert(fields, now + tonumber(min_hold))
   end
   if owners > 0 then
     -- Readers join readers: each needs an expiry of its own now, the one

@@ -2,10 +2,12 @@
 -- Counts are set, not incremented, so a retried call is harmless.
 -- KEYS[1] lock hash, KEYS[2] waiting acquisitions (see acquire.lua),
 -- KEYS[3] the owner's release marker, KEYS[4] fencing counter
--- ARGV[1] owner id, ARGV[2] write count, ARGV[3] read count,
--- ARGV[4] for a final release (counts 0, 0): ms to keep the release marker, so
+-- ARGV[1] owner id,
+-- ARGV[2] for a final release (counts 0, 0): ms to keep the release marker, so
 -- that a retry of this call knows it applied; 0 drops a hold that was never
--- handed to its caller: at once, ignoring MinHold, and with no marker
+-- handed to its caller: at once, ignoring MinHold, and with no marker;
+-- ARGV[3] write count, ARGV[4] read count: absent when 0 (a final release
+-- sends neither)
 -- Returns 1 when applied (or, for a final release, applied before), 0 when the
 -- hold has expired, -1 when another owner holds the key.
 -- A release that frees the key grants it to the oldest live registration
@@ -28,7 +30,7 @@
 -- that registration's Locker. A release that frees no permit (a partial
 -- one, or one kept for MinHold) grants nothing.
 local key, waiting, done, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local owner, writes, reads, marker = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local owner, marker, writes, reads = ARGV[1], ARGV[2], ARGV[3] or '0', ARGV[4] or '0'
 local final = writes == '0' and reads == '0'
 
 -- The clock is read only when a decision needs it.
