@@ -11,7 +11,8 @@ type timing struct {
 	ttl, interval, grace, timeout time.Duration
 }
 
-// maxTTL is the longest TTL: twice it (a waiter's registration) still fits
+// maxTTL is the longest TTL: twice it (how long acquire.lua keeps a
+// waiter's registration, which Inspect reports as a Duration) still fits
 // in a time.Duration, and so does every duration derived from it.
 const maxTTL = 100 * 365 * 24 * time.Hour
 
