@@ -51,6 +51,7 @@ type link struct {
 	client, server net.Conn
 	once           sync.Once
 	done           chan struct{} // closed by close
+	frozen         atomic.Bool   // set by Freeze: drop everything, stay open
 }
 
 // chunk is a run of bytes read from one side, due on the other at due.
@@ -107,6 +108,19 @@ func (p *Proxy) SetLatency(d time.Duration) {
 // off.
 func (p *Proxy) Blackhole(on bool) {
 	p.blackhole.Store(on)
+}
+
+// Freeze silently drops every byte of the connections open now, in both
+// directions, for as long as they stay open, and keeps them open: a
+// half-open connection, as when a stateful firewall or NAT on the path lost
+// its state. Connections accepted later are not affected, so a client that
+// gives up on a frozen connection and dials again gets through.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for l := range p.links {
+		l.frozen.Store(true)
+	}
 }
 
 // CutAll closes every current connection: the client's side is reset (RST)
@@ -214,7 +228,7 @@ func (p *Proxy) read(l *link, src net.Conn, q chan<- chunk) {
 	buf := make([]byte, chunkSize)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !p.blackhole.Load() {
+		if n > 0 && !p.dropping(l) {
 			c := chunk{data: bytes.Clone(buf[:n]), due: time.Now().Add(time.Duration(p.latency.Load()))}
 			select {
 			case q <- c:
@@ -242,7 +256,7 @@ func (p *Proxy) deliver(l *link, dst net.Conn, q <-chan chunk) {
 				return
 			}
 		}
-		if p.blackhole.Load() {
+		if p.dropping(l) {
 			continue
 		}
 		if _, err := dst.Write(c.data); err != nil {
@@ -253,6 +267,11 @@ func (p *Proxy) deliver(l *link, dst net.Conn, q <-chan chunk) {
 	if tc, ok := dst.(*net.TCPConn); ok {
 		_ = tc.CloseWrite()
 	}
+}
+
+// dropping reports whether bytes of l are to be discarded.
+func (p *Proxy) dropping(l *link) bool {
+	return p.blackhole.Load() || l.frozen.Load()
 }
 
 // close closes both sides of l; it may be called any number of times.

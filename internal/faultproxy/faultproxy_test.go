@@ -150,6 +150,33 @@ func TestBlackholeKeepsConnectionOpen(t *testing.T) {
 	}
 }
 
+func TestFreeze(t *testing.T) {
+	p := setup(t)
+	frozen := dial(t, p)
+	r := bufio.NewReader(frozen)
+	if _, err := io.WriteString(frozen, "PING\r\n"); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if line, err := r.ReadString('\n'); err != nil || line != "+PONG\r\n" {
+		t.Fatalf("PING = %q, %v", line, err)
+	}
+
+	p.Freeze()
+	// The open connection is half-open: writes succeed, nothing comes back,
+	// and it is neither closed nor reset.
+	if _, err := io.WriteString(frozen, "PING\r\n"); err != nil {
+		t.Fatalf("write to a frozen connection: %v", err)
+	}
+	_ = frozen.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := r.ReadString('\n'); !isTimeout(err) {
+		t.Fatalf("read from a frozen connection: %v, want a timeout", err)
+	}
+	// A connection accepted after Freeze works.
+	if err := client(t, p).Ping(t.Context()).Err(); err != nil {
+		t.Fatalf("PING on a new connection after Freeze: %v", err)
+	}
+}
+
 func TestCutAll(t *testing.T) {
 	p := setup(t)
 	conn := dial(t, p)
