@@ -71,35 +71,48 @@ func (l *Locker) checkAcquire(ctx context.Context, key string) error {
 
 // reenter takes another lease on a hold that ctx carries, for an
 // acquisition that asks for permits. It returns (nil, nil) when that hold
-// has been released, so the caller acquires afresh.
+// has been released, so the caller acquires afresh. The new count reaches
+// Redis in a count update (counts.go); a re-entry that fails, or whose ctx
+// ends first, takes its lease back off the counts.
 func (l *Locker) reenter(ctx context.Context, h *hold, write bool, permits int) (*Lease, error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.over.Load() {
+	if h.over.Load() || h.final {
+		h.mu.Unlock()
 		if cause := h.lossCause(); cause != nil {
 			return nil, fmt.Errorf("guard: re-enter %q: %w", h.key, cause)
 		}
 		return nil, nil
 	}
 	if permits != h.permits {
+		h.mu.Unlock()
 		// A plain lock inside a permit would believe itself alone.
 		return nil, fmt.Errorf("%w: key %q: the context holds one of %d permits, the re-entry asks for %d", ErrPermitsDiffer, h.key, h.permits, permits)
 	}
 	if write && h.writes == 0 {
+		h.mu.Unlock()
 		return nil, fmt.Errorf("%w: key %q", ErrUpgrade, h.key)
 	}
-	writes, reads := counts(h.writes, h.reads, write, +1)
-	res, err := h.setCounts(ctx, writes, reads, "acquire")
-	if err != nil {
-		return nil, err
-	}
-	if res != applied {
-		cause := lostCause(h.key, res)
+	h.writes, h.reads = counts(h.writes, h.reads, write, +1)
+	s := h.syncLocked(ctx)
+	h.mu.Unlock()
+
+	err := s.await(ctx)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("guard: re-enter %q: %w", h.key, err)
+	case s.err != nil:
+		err = s.err
+	case s.res != applied:
+		cause := lostCause(h.key, s.res)
 		h.lose(cause)
-		return nil, cause
+		err = cause
+	default:
+		return newLease(h, write, true), nil
 	}
-	h.writes, h.reads = writes, reads
-	return newLease(h, write, true), nil
+	h.mu.Lock()
+	h.dropLeaseLocked(h.obsCtx, write) // the caller gets no lease: Redis must not count it
+	h.mu.Unlock()
+	return nil, err
 }
 
 // acquisition is one fresh acquisition: its attempts and its wait.

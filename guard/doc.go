@@ -50,9 +50,9 @@
 //
 // Waiting without polling: a waiter sleeps until a release is published on
 // the lock's channel (one subscription per Locker; on Cluster, one per
-// hash slot waited on) or, if a holder crashed
-// and will never publish, until the key's remaining TTL has passed (see
-// Waiting below).
+// hash slot waited on) or, if a holder crashed and will never publish,
+// until the key's remaining TTL has passed (on a quorum, until enough
+// masters' holds could have expired); see Waiting below.
 //
 // # Clock assumptions
 //
@@ -146,7 +146,18 @@
 // release, and a waiter wakes on the first copy. After a split vote (some
 // masters granted an attempt, not a majority) the busy answer comes back
 // after a random delay, so that contenders woken together do not split
-// again. Claim, Claimed and ClaimFenced need a majority too.
+// again; the attempt's drop on the masters that granted it wakes the other
+// contenders, not the attempt's own waiter, which sleeps until enough of
+// the busy masters' holds could have expired. So a release that reached
+// only a minority of masters, or a master that restarted empty, costs a
+// waiter an attempt per expiry of the majority's holds, not a retry loop.
+// Claim, Claimed and ClaimFenced need a majority too.
+//
+// An attempt whose request to a master timed out is dropped there after its
+// timeout, in order with the owner's other requests; but a request delayed
+// on a slow link can still reach that master after the drop, leaving a
+// hold nobody renews on that one master until its TTL. It is a minority
+// hold: it blocks no majority unless another master fails meanwhile.
 //
 // Fencing tokens strictly increase: the token of an acquisition is the
 // largest a majority returned, and before it is handed out it is written
@@ -196,10 +207,24 @@
 // them while their jobs return and release them, for up to WithCloseTimeout
 // (default: the TTL), and leaves any still held then to expire in Redis: it
 // never deletes a key under a running job. It then waits for requests still
-// on the wire, which go-redis bounds by its read timeout. Every call returns
-// when its context is done, also when the server is unreachable; a release
-// runs on a context detached from the job's cancellation, bounded by the
-// request timeout.
+// on the wire, which go-redis bounds by its read timeout.
+//
+// Every call returns when its context is done, also when the server is
+// unreachable, and also while another call of the same Locker is stuck on
+// the same fault: no lock of a Locker is held across a request, and every
+// wait (for a request, a subscription, another lease's count update) ends
+// with the caller's context. Requests run on goroutines of the Locker and
+// are bounded by the request timeout (WithRequestTimeout, default TTL/10)
+// whatever the context, so a single try (Wait(0)) under a context that is
+// never done gives up after that timeout when Redis does not answer, not
+// after go-redis's dial retries. A request its caller stopped waiting for
+// goes on within that bound, and what it may have done is undone (an
+// acquisition that took the key after its caller gave up drops it). Release
+// waits for Redis's answer until its context is done and the release goes
+// on without it; called with a context that is already done (a deferred
+// Release after shutdown canceled the job's context), it waits for the
+// answer up to the request timeout. WithLock returns once its release is
+// answered, bounded the same way.
 //
 // # Errors
 //
@@ -272,7 +297,10 @@
 // lease from when its last attempt was sent, which precedes the grant, and
 // makes one more attempt (which extends the hold) when that was more than a
 // renew interval ago. A grant to a waiter that gave up is dropped by it; one
-// to a waiter that crashed blocks the key no longer than the waiter's TTL.
+// to a waiter that crashed blocks the key no longer than the waiter's TTL:
+// the release tells every Locker how long the grant lasts, and the other
+// Lockers' first waiters try when it would have expired (a grantee that is
+// alive has renewed it by then, and they sleep again).
 // Readers are not granted the key: a release names the Locker of the oldest
 // registration, whose first waiter tries, and readers that can share the
 // key are let in together; a release that cannot free the key (others still
@@ -285,9 +313,15 @@
 // a shorter TTL goes ahead of one with a longer; a stream of readers can
 // hold off a writer. A grantee that never hears its grant (its
 // subscription is broken) keeps the key until its own attempt, at the
-// latest one TTL later, finds it already its own. Writers of a Locker with
-// WithReplicaAck are named, not granted: a release does not wait for
-// replicas.
+// latest one TTL later, finds it already its own; a subscription
+// connection that goes silent without being closed (half-open, as when a
+// firewall on the path drops its state) is noticed by an unanswered ping
+// and replaced within about 7s, and its waiters then try again, since a
+// release may have been missed. A waiter is never woken by what it did
+// itself: a hold it took and could not use (a split vote on a quorum) is
+// dropped with a message that wakes the others, not it. Writers of a
+// Locker with WithReplicaAck are named, not granted: a release does not
+// wait for replicas.
 package guard
 
 // Reading the code: the lease protocol in the order a WithLock runs it.
@@ -299,12 +333,14 @@ package guard
 //	scripts.go     the script layer: functions (FCALL) or EVALSHA, NOSCRIPT, WAIT;
 //	               scripts/*.lua (prelude.lua explains the hash a lock is)
 //	hold.go        the hold a lease shares with its re-entries, and its end
+//	counts.go      the hold's lease counts, carried to Redis one update at a time
 //	heartbeat.go   when to renew, when to tell a job to stop (timing.go: the rules)
 //	renewal.go     sending renewals in pipelines per node, applying answers
 //	release.go     releasing a lease, retried safely
 //	inspect.go     seeing locks: Inspect, Scan, LockState; force_release.go: ForceRelease;
 //	               redis_inspect.go: their store calls (scripts/inspect.lua); identity.go
-//	notify.go      waking waiters on release notifications (subscribe.go: connections)
+//	notify.go      waking waiters on release notifications (subscribe.go: each
+//	               connection's worker; redis_feed.go: a connection that heals itself)
 //	quorum.go      the seam on N masters (NewQuorum): answers combined by majority;
 //	               quorum_acquire.go (votes, the token's write-back), quorum_feed.go
 //	lease.go, claim.go, claim_fenced.go, options.go, errors.go, observe.go, runner.go: the rest

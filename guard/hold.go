@@ -31,12 +31,19 @@ type hold struct {
 	// key itself); a re-entry must ask for the same.
 	permits int
 
-	mu     sync.Mutex            // serializes count updates and their requests
-	writes int                   // write leases held
-	reads  int                   // read leases held
-	over   atomic.Bool           // released or lost: see end
-	cause  atomic.Pointer[error] // why it ended: &ended, once end has set it
-	ended  error                 // written once, by the end call that set over
+	// mu guards the counts and their updates (counts.go); it is never held
+	// across a request.
+	mu         sync.Mutex
+	writes     int                   // write leases held
+	reads      int                   // read leases held
+	final      bool                  // the last lease was released: no re-entry
+	next       *countSync            // the update that will carry the counts, if one is due
+	syncing    bool                  // an update is being sent
+	sentWrites int                   // the write count Redis last confirmed
+	sentReads  int                   // the read count Redis last confirmed
+	over       atomic.Bool           // released or lost: see end
+	cause      atomic.Pointer[error] // why it ended: &ended, once end has set it
+	ended      error                 // written once, by the end call that set over
 
 	// Heartbeat state, guarded by the heartbeat's mutex.
 	leaseEnd  time.Time // safe end of the lease (timing.safeEnd of the last confirmed request)
@@ -58,10 +65,14 @@ func (l *Locker) newHold(a *acquisition, token int64, sent time.Time) (*Lease, e
 	h.obsCtx = context.WithoutCancel(a.parent)
 	h.ctx, h.cancel = context.WithCancelCause(withHold(h.obsCtx, h))
 	h.writes, h.reads = counts(0, 0, a.args.write, +1)
+	h.sentWrites, h.sentReads = h.writes, h.reads
 	l.mu.Lock()
 	if l.isClosed() {
 		l.mu.Unlock()
-		l.dropHold(h.keys, h.owner, h.timing.timeout)
+		k, owner, timeout := h.keys, h.owner, h.timing.timeout
+		if !l.runner.start(func() { l.dropHold(k, owner, timeout) }) {
+			l.dropHold(k, owner, timeout)
+		}
 		return nil, ErrClosed
 	}
 	l.holds[h] = struct{}{}
@@ -80,19 +91,6 @@ func counts(writes, reads int, write bool, delta int) (int, int) {
 		return writes + delta, reads
 	}
 	return writes, reads + delta
-}
-
-// setCounts sets the hold's counts in Redis; op names the round trip for
-// observers ("acquire" for a re-entry, "release").
-func (h *hold) setCounts(ctx context.Context, writes, reads int, op string) (outcome, error) {
-	l := h.l
-	// The marker outlives every retry of this release: they stop at the
-	// request timeout, and a request outlives its caller by at most as long.
-	marker := 2 * max(h.timing.timeout, time.Second)
-	res, err := request(ctx, l, observe.Info{Op: op, Key: h.key, Name: h.name}, func(ctx context.Context) (outcome, error) {
-		return l.store.setCounts(ctx, h.keys, countArgs{owner: h.owner, writes: writes, reads: reads, marker: marker})
-	}, nil)
-	return res, redisError(h.key, err)
 }
 
 // end stops the hold's heartbeat, cancels its context with cause and forgets

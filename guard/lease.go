@@ -3,7 +3,7 @@ package guard
 import (
 	"context"
 	"fmt"
-	"sync"
+	"sync/atomic"
 )
 
 // Lease is one acquisition of a key: a fresh hold or a re-entry into a hold
@@ -14,7 +14,7 @@ type Lease struct {
 	reentrant bool
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
-	once      sync.Once
+	released  atomic.Bool // set by the first Release
 }
 
 // Key returns the lock key the lease was acquired on.
@@ -41,26 +41,28 @@ func (le *Lease) Context() context.Context { return le.ctx }
 // before it returns. It returns ErrNotHeld if the lease was already released,
 // has expired, or is now held by another owner; the message tells which.
 //
-// Release runs detached from ctx's cancellation, so that a deferred Release
-// with a context canceled by shutdown still frees the key; it uses ctx's
-// values and is bounded by the request timeout. If it cannot reach Redis,
-// the lease is still over and the key expires within its TTL.
+// Release waits for Redis's answer until ctx is done, and then returns
+// ctx's error while the release goes on without it (bounded by the request
+// timeout); a key whose release does not land expires within its TTL. The
+// request itself runs detached from ctx's cancellation, and a ctx that is
+// already done when Release is called (a deferred Release after shutdown
+// canceled the job's context) waits for the answer up to the request
+// timeout instead, so that it still reports whether the key was freed. It
+// uses ctx's values.
 func (le *Lease) Release(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalid)
 	}
-	released := false
-	var err error
-	le.once.Do(func() {
-		released = true
-		err = le.h.l.release(context.WithoutCancel(ctx), le)
-		le.cancel(ErrReleased)
-	})
-	if !released {
+	if !le.released.CompareAndSwap(false, true) {
 		// Built only here: formatting it up front cost every Release three
 		// allocations for an error that a single Release never returns.
 		return fmt.Errorf("%w: lease on %q already released", ErrNotHeld, le.h.key)
 	}
+	if ctx.Err() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	err := le.h.l.release(ctx, le)
+	le.cancel(ErrReleased)
 	return err
 }
 

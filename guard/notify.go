@@ -13,7 +13,7 @@ import (
 // notifier turns release messages into wake-ups for waiting acquisitions.
 // A Locker has one subscription connection, shared by every waiter; on
 // Cluster it has one per hash slot that has waiters (sharded pub/sub), see
-// shardFor. Waiters on a channel queue in order. An acquisition that waits
+// shard. Waiters on a channel queue in order. An acquisition that waits
 // registers in the lock's queue (acquire.lua), and a release that frees the
 // key grants it to the oldest registered writer (set_counts.lua): the
 // message carries the grant, so a hand-off costs no retry at all. A release
@@ -22,15 +22,25 @@ import (
 // Locker wakes its first waiter, the others stay asleep, so a hand-off costs
 // one retry in the whole fleet. If the named Locker does not take the key
 // within handOffGrace (it crashed, or its waiters just left), the others
-// wake their first waiter too. A reader at the head wakes the readers
-// behind it.
+// wake their first waiter too; and a grant to another Locker wakes this
+// one's first waiter when the grant would have expired, should its grantee
+// have crashed. A reader at the head wakes the readers behind it.
+//
+// Every way a wait can end wakes the waiter or has a bounded timer do it,
+// and no waiter is woken by what it did itself (a drop of a hold it could
+// not use). The notifier's mutex guards state only: no request is made
+// while it is held.
 type notifier struct {
-	l     *Locker
-	mu    sync.Mutex
-	chans map[string]*channelState
-	subMu sync.Mutex     // orders SUBSCRIBE/UNSUBSCRIBE of one channel; guards subs and shards' channels
-	subs  map[int]*shard // by hash slot on Cluster; one, under noSlot, outside it
-	wg    sync.WaitGroup
+	l *Locker
+	// life is canceled by close: it ends the shards' requests and waits.
+	life context.Context
+	end  context.CancelFunc
+
+	mu     sync.Mutex
+	chans  map[string]*channelState
+	shards map[int]*shard // by feed slot: hash slot on Cluster; noSlot outside it
+	closed bool
+	wg     sync.WaitGroup // the shards' workers and their connections' readers
 }
 
 type channelState struct {
@@ -38,6 +48,7 @@ type channelState struct {
 	keys    keys
 	shard   *shard
 	backup  *time.Timer   // wakes the first waiter if the named Locker does not act
+	expiry  *time.Timer   // wakes the first waiter when another Locker's grant would expire
 	ready   chan struct{} // closed when the server confirmed the subscription
 	live    bool          // confirmed at least once
 	seq     uint64        // messages and resubscriptions seen
@@ -91,38 +102,37 @@ type waiter struct {
 }
 
 func newNotifier(l *Locker) *notifier {
-	return &notifier{l: l, chans: make(map[string]*channelState), subs: make(map[int]*shard)}
+	life, end := context.WithCancel(context.Background())
+	return &notifier{l: l, life: life, end: end, chans: make(map[string]*channelState), shards: make(map[int]*shard)}
 }
 
-// join queues a waiter on channel and returns once the subscription is
-// confirmed, ctx is done or the request timeout passed; in the last two cases
-// the waiter still works, on its fallback timer.
+// join queues a waiter on k's channel and returns once the subscription is
+// confirmed, ctx is done, the request timeout passed or the Locker closes;
+// in all but the first case the waiter still works, on its fallback
+// timer. Subscribing is the channel's shard's work: join only asks for it.
 func (n *notifier) join(ctx context.Context, k keys, write bool, owner string) (*waiter, error) {
 	channel := k.channel
 	w := &waiter{n: n, channel: channel, write: write, owner: owner, C: make(chan struct{}, 1)}
 	n.mu.Lock()
-	if n.l.isClosed() {
+	if n.closed {
 		n.mu.Unlock()
 		return nil, ErrClosed
 	}
 	st := n.chans[channel]
-	fresh := st == nil
-	if fresh {
-		st = &channelState{channel: channel, keys: k, ready: make(chan struct{})}
+	if st == nil {
+		sh := n.shardLocked(n.l.store.feedSlot(channel))
+		st = &channelState{channel: channel, keys: k, shard: sh, ready: make(chan struct{})}
 		n.chans[channel] = st
+		sh.want[channel] = st
+		signal(sh.kick)
 	}
 	st.waiters = append(st.waiters, w)
+	ready := st.ready
 	n.mu.Unlock()
-	if fresh {
-		if err := n.subscribe(ctx, channel, st); err != nil {
-			n.l.log.Warn("guard: subscribe failed; waiting on the key's TTL", "channel", channel, "err", err)
-			return w, nil
-		}
-	}
 	timer := time.NewTimer(n.l.cfg.requestTimeout)
 	defer timer.Stop()
 	select {
-	case <-st.ready:
+	case <-ready:
 	case <-ctx.Done():
 	case <-timer.C:
 	case <-n.l.closed:
@@ -149,10 +159,46 @@ func (n *notifier) confirmed(channel string) {
 	}
 }
 
-// released wakes waiters for a message of set_counts.lua or acquire.lua: "read"
-// lets readers in; "taken" says a waiter got the key; "grant" that a
-// release gave it to the waiter it names; the others name the Locker whose
-// first waiter (and the readers behind a reader) should try.
+// notice is one message of a lock's channel (set_counts.lua, acquire.lua,
+// inspect.lua), parsed.
+type notice struct {
+	kind string // free, linger, held, read, taken or grant
+	// locker is the Locker named to act, "" for none; for a grant, the
+	// grantee's.
+	locker string
+	// owner is a grant's grantee, or the owner whose drop (a hold never
+	// handed to its caller) sent the message; "" for a release.
+	owner string
+	token int64         // grant
+	left  time.Duration // grant: how long the granted hold lasts unless renewed; 0 when not told
+}
+
+// parseNotice parses a payload: '<kind>[ <locker>[ <owner>]]', and for a
+// grant 'grant <locker> <owner> <token>[ <ms left>]'.
+func parseNotice(payload string) (notice, bool) {
+	kind, rest, _ := strings.Cut(payload, " ")
+	nt := notice{kind: kind}
+	nt.locker, rest, _ = strings.Cut(rest, " ")
+	nt.owner, rest, _ = strings.Cut(rest, " ")
+	if kind != "grant" {
+		return nt, true
+	}
+	digits, ms, _ := strings.Cut(rest, " ")
+	token, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || token <= 0 {
+		return nt, false
+	}
+	nt.token = token
+	if left, err := strconv.ParseInt(ms, 10, 64); err == nil && left > 0 {
+		nt.left = time.Duration(left) * time.Millisecond
+	}
+	return nt, true
+}
+
+// released wakes waiters for a message: "read" lets readers in; "taken"
+// says a waiter got the key; "grant" that a release gave it to the waiter
+// it names; the others name the Locker whose first waiter (and the readers
+// behind a reader) should try.
 func (n *notifier) released(channel, payload string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -161,24 +207,31 @@ func (n *notifier) released(channel, payload string) {
 		return
 	}
 	st.seq++
-	kind, target, _ := strings.Cut(payload, " ")
+	nt, ok := parseNotice(payload)
+	if !ok {
+		return
+	}
+	// Whatever happened supersedes a grant's expiry timer.
+	if st.expiry != nil {
+		st.expiry.Stop()
+	}
 	switch {
-	case kind == "taken" || kind == "grant":
+	case nt.kind == "taken" || nt.kind == "grant":
 		if st.backup != nil {
 			st.backup.Stop()
 		}
-		if kind == "grant" {
-			st.grant(n.l.id, target)
+		if nt.kind == "grant" {
+			n.granted(st, nt)
 		}
 	case len(st.waiters) == 0:
-	case kind == "read":
+	case nt.kind == "read":
 		for _, w := range st.waiters {
 			if !w.write {
 				w.wake()
 			}
 		}
-	case target == "" || target == n.l.id:
-		st.wakeFirst()
+	case nt.locker == "" || nt.locker == n.l.id:
+		st.wakeFirst(nt.owner)
 	case st.backup == nil:
 		st.backup = time.AfterFunc(handOffGrace, func() { n.handOffMissed(st) })
 	default:
@@ -186,24 +239,28 @@ func (n *notifier) released(channel, payload string) {
 	}
 }
 
-// grant hands a grant ("<Locker id> <owner> <token>") to the waiter it
-// names. A grant for an acquisition of this Locker that is not (yet, or
-// any longer) waiting is left alone: one that is about to wait tries again
-// at once, having missed a message, and finds the key its own; one that
-// gave up withdraws and drops it.
-func (st *channelState) grant(locker, target string) {
-	id, rest, _ := strings.Cut(target, " ")
-	if id != locker {
-		return
-	}
-	owner, digits, _ := strings.Cut(rest, " ")
-	token, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil || token <= 0 {
+// granted hands a grant to the waiter it names. A grant for an acquisition
+// of this Locker that is not (yet, or any longer) waiting is left alone: one
+// that is about to wait tries again at once, having missed a message, and
+// finds the key its own; one that gave up withdraws and drops it. A grant
+// to another Locker wakes this one's first waiter once the grant has had
+// time to expire: a grantee that crashed never renews it, and its expiry
+// publishes nothing.
+func (n *notifier) granted(st *channelState, nt notice) {
+	if nt.locker != n.l.id {
+		if nt.left > 0 && len(st.waiters) > 0 {
+			wake := func() { n.grantExpired(st) }
+			if st.expiry == nil {
+				st.expiry = time.AfterFunc(nt.left+time.Millisecond, wake)
+			} else {
+				st.expiry.Reset(nt.left + time.Millisecond)
+			}
+		}
 		return
 	}
 	for _, w := range st.waiters {
-		if w.owner == owner {
-			w.granted.Store(token)
+		if w.owner == nt.owner {
+			w.granted.Store(nt.token)
 			w.wake()
 			return
 		}
@@ -215,18 +272,39 @@ func (n *notifier) handOffMissed(st *channelState) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.chans[st.channel] == st && len(st.waiters) > 0 {
-		st.wakeFirst()
+		st.wakeFirst("")
 	}
 }
 
-// wakeFirst wakes the first waiter and, if it is a reader, every reader.
-func (st *channelState) wakeFirst() {
-	st.waiters[0].wake()
-	if st.waiters[0].write {
+// grantExpired runs when a grant to another Locker would have expired
+// unless its grantee renewed it: the first waiter tries, and sleeps again
+// if the grantee holds the key.
+func (n *notifier) grantExpired(st *channelState) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.chans[st.channel] == st && len(st.waiters) > 0 {
+		st.wakeFirst("")
+	}
+}
+
+// wakeFirst wakes the first waiter other than the one whose owner is
+// except (it dropped a hold and so sent the message), and, if it is a
+// reader, every reader.
+func (st *channelState) wakeFirst(except string) {
+	i := 0
+	if except != "" {
+		i = slices.IndexFunc(st.waiters, func(w *waiter) bool { return w.owner != except })
+		if i < 0 {
+			return
+		}
+	}
+	first := st.waiters[i]
+	first.wake()
+	if first.write {
 		return
 	}
 	for _, w := range st.waiters {
-		if !w.write {
+		if !w.write && w.owner != except {
 			w.wake()
 		}
 	}
@@ -240,13 +318,14 @@ func (w *waiter) wake() {
 }
 
 // leave dequeues the waiter. A waiter that leaves without the key passes an
-// unused wake-up on, so that a hand-off is never lost with it.
+// unused wake-up on, so that a hand-off is never lost with it. The last
+// waiter of a channel has its shard unsubscribe it.
 func (w *waiter) leave() {
 	n := w.n
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	st := n.chans[w.channel]
 	if st == nil {
-		n.mu.Unlock()
 		return
 	}
 	st.waiters = slices.DeleteFunc(st.waiters, func(x *waiter) bool { return x == w })
@@ -261,51 +340,63 @@ func (w *waiter) leave() {
 			st.waiters[0].wake()
 		}
 	}
-	last := len(st.waiters) == 0
-	if last {
-		delete(n.chans, w.channel)
-		if st.backup != nil {
-			st.backup.Stop()
-		}
-	}
-	n.mu.Unlock()
-	if last {
-		n.l.runner.start(func() { n.stopWaiting(st) })
-	}
-}
-
-// stopWaiting runs when the last waiter on a channel left: it unsubscribes.
-// (Each acquisition takes its own registration out of the lock's queue.)
-// It holds subMu, and a new first waiter subscribes under subMu, so this
-// never drops a newer subscription.
-func (n *notifier) stopWaiting(st *channelState) {
-	n.subMu.Lock()
-	defer n.subMu.Unlock()
-	n.mu.Lock()
-	again := n.chans[st.channel] != nil // a new waiter came; keep waiting
-	n.mu.Unlock()
-	if again || n.l.isClosed() {
+	if len(st.waiters) > 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.l.cfg.requestTimeout)
-	defer cancel()
-	if st.shard != nil {
-		n.unsubscribe(ctx, st.shard, st.channel)
+	delete(n.chans, w.channel)
+	for _, t := range []*time.Timer{st.backup, st.expiry} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	if st.shard.want[w.channel] == st {
+		delete(st.shard.want, w.channel)
+		signal(st.shard.kick)
 	}
 }
 
+// dropped runs when the server confirms that channel was unsubscribed. If
+// guard did not ask for it, Redis dropped the subscription because the
+// channel's slot left the node (a manual CLUSTER FAILOVER, a resharding)
+// and no release would reach its waiters: they are woken, since one may
+// have been missed, and the slot's connection is replaced by one to the
+// slot's current node.
+func (n *notifier) dropped(channel string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	sh := n.shards[n.l.store.feedSlot(channel)]
+	if sh == nil {
+		return
+	}
+	if sh.unsubscribing[channel] > 0 {
+		if sh.unsubscribing[channel]--; sh.unsubscribing[channel] == 0 {
+			delete(sh.unsubscribing, channel)
+		}
+		return
+	}
+	st := n.chans[channel]
+	if st == nil || len(st.waiters) == 0 {
+		return
+	}
+	for _, w := range st.waiters {
+		w.wake()
+	}
+	sh.stale = true
+	signal(sh.kick)
+}
+
+// close stops the shards, closing their connections, and waits for them.
 func (n *notifier) close() {
 	n.mu.Lock()
+	n.closed = true
 	for _, st := range n.chans {
-		if st.backup != nil {
-			st.backup.Stop()
+		for _, t := range []*time.Timer{st.backup, st.expiry} {
+			if t != nil {
+				t.Stop()
+			}
 		}
 	}
 	n.mu.Unlock()
-	n.subMu.Lock()
-	for _, sh := range n.subs {
-		_ = sh.feed.close()
-	}
-	n.subMu.Unlock()
+	n.end()
 	n.wg.Wait()
 }

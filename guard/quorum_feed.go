@@ -19,13 +19,12 @@ func (s *quorumStore) feedSlot(string) int { return noSlot }
 // refresh does nothing: the masters of a quorum are standalone.
 func (s *quorumStore) refresh(context.Context) {}
 
-func (s *quorumStore) openFeed(ctx context.Context, channel string) (feed, bool) {
+func (s *quorumStore) openFeed() feed {
 	f := &quorumFeed{feeds: make([]feed, len(s.nodes)), confirmedBy: make(map[string][]bool)}
 	for i, n := range s.nodes {
-		// A standalone client's feed connects on its first SUBSCRIBE.
-		f.feeds[i], _ = n.openFeed(ctx, channel)
+		f.feeds[i] = n.openFeed()
 	}
-	return f, false
+	return f
 }
 
 // quorumFeed fans the subscription connections of all masters into one.
@@ -48,9 +47,12 @@ func (f *quorumFeed) subscribe(ctx context.Context, channel string) error {
 	f.confirmedBy[channel] = make([]bool, len(f.feeds))
 	f.mu.Unlock()
 	errs := make(chan error, len(f.feeds))
-	base := context.WithoutCancel(ctx)
 	for _, sub := range f.feeds {
-		f.wg.Go(func() { errs <- sub.subscribe(base, channel) })
+		f.wg.Go(func() {
+			ctx, cancel := outliving(ctx)
+			defer cancel()
+			errs <- sub.subscribe(ctx, channel)
+		})
 	}
 	var failed []error
 	for range f.feeds {
@@ -74,9 +76,12 @@ func (f *quorumFeed) unsubscribe(ctx context.Context, channel string) error {
 	delete(f.confirmedBy, channel)
 	f.mu.Unlock()
 	errs := make(chan error, len(f.feeds))
-	base := context.WithoutCancel(ctx)
 	for _, sub := range f.feeds {
-		f.wg.Go(func() { errs <- sub.unsubscribe(base, channel) })
+		f.wg.Go(func() {
+			ctx, cancel := outliving(ctx)
+			defer cancel()
+			errs <- sub.unsubscribe(ctx, channel)
+		})
 	}
 	var failed []error
 	for range f.feeds {
@@ -88,6 +93,18 @@ func (f *quorumFeed) unsubscribe(ctx context.Context, channel string) error {
 		}
 	}
 	return errors.Join(failed...)
+}
+
+// outliving returns a context for a master's part of a request that may
+// finish after its caller has returned: ctx's values and deadline, not its
+// cancellation. The deadline keeps a master that cannot be reached from
+// holding up close.
+func outliving(ctx context.Context) (context.Context, context.CancelFunc) {
+	base := context.WithoutCancel(ctx)
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(base, d)
+	}
+	return context.WithTimeout(base, feedIdle)
 }
 
 // read reads every master's connection until close, passing on each

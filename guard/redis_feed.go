@@ -3,6 +3,8 @@ package guard
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,15 +13,19 @@ import (
 )
 
 // feedIdle is how long a subscription connection may carry nothing before
-// it is pinged, as go-redis's own channel does, so that a connection the
-// server or a proxy reset is noticed (the ping's write fails) and replaced.
+// it is pinged, as go-redis's own channel does; a ping that is not
+// answered within feedIdle more means the connection is dead without
+// having been closed (half-open: a stateful firewall or NAT on the path
+// lost its state), and the feed moves to a new one.
 const feedIdle = 3 * time.Second
 
 // feedRetry is the pause between two failed reads in a row (the server is
 // down and go-redis cannot reconnect yet), as in go-redis's channel.
 const feedRetry = 100 * time.Millisecond
 
-// redisFeed is a PubSub connection; sharded (SSUBSCRIBE) on Cluster.
+// redisFeed is a subscription connection (SSUBSCRIBE on Cluster) that
+// heals itself: go-redis reconnects one that fails and subscribes its
+// channels again, and the feed replaces one that stops answering.
 //
 // It reads the connection itself instead of through go-redis's Channel,
 // whose goroutine would read each message, wake its health check and hand
@@ -28,49 +34,75 @@ const feedRetry = 100 * time.Millisecond
 // The read has no deadline: one that expired in the middle of a message
 // would leave the rest of it to be parsed as a message of its own, and the
 // message would be lost without an error. The idle check runs beside it
-// instead (pingIdle), and the reader only records when it last read.
+// instead (watch), and the reader only records when it last read.
 type redisFeed struct {
-	ps        *redis.PubSub
-	sharded   bool
+	// open returns a new connection, not yet connected: it connects on its
+	// first subscription (to the node of that channel, on Cluster).
+	open    func() *redis.PubSub
+	sharded bool
+
+	mu       sync.Mutex
+	ps       *redis.PubSub       // the current connection
+	channels map[string]struct{} // subscribed by the caller, to subscribe again on a new connection
+
 	lastRead  atomic.Int64 // unix ns of the last reply read
 	closeOnce sync.Once
 	closed    chan struct{}
+	wg        sync.WaitGroup // the watch goroutine and replacements' requests
 }
 
-func newRedisFeed(ps *redis.PubSub, sharded bool) *redisFeed {
-	f := &redisFeed{ps: ps, sharded: sharded, closed: make(chan struct{})}
+func newRedisFeed(open func() *redis.PubSub, sharded bool) *redisFeed {
+	f := &redisFeed{open: open, sharded: sharded, ps: open(), channels: make(map[string]struct{}), closed: make(chan struct{})}
 	f.lastRead.Store(time.Now().UnixNano())
+	f.wg.Go(f.watch)
 	return f
 }
 
+func (f *redisFeed) current() *redis.PubSub {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ps
+}
+
 func (f *redisFeed) subscribe(ctx context.Context, channel string) error {
-	if f.sharded {
-		return f.ps.SSubscribe(ctx, channel)
+	f.mu.Lock()
+	f.channels[channel] = struct{}{}
+	ps := f.ps
+	f.mu.Unlock()
+	return subscribe(ctx, ps, f.sharded, channel)
+}
+
+func subscribe(ctx context.Context, ps *redis.PubSub, sharded bool, channels ...string) error {
+	if sharded {
+		return ps.SSubscribe(ctx, channels...)
 	}
-	return f.ps.Subscribe(ctx, channel)
+	return ps.Subscribe(ctx, channels...)
 }
 
 func (f *redisFeed) unsubscribe(ctx context.Context, channel string) error {
+	f.mu.Lock()
+	delete(f.channels, channel)
+	ps := f.ps
+	f.mu.Unlock()
 	if f.sharded {
-		return f.ps.SUnsubscribe(ctx, channel)
+		return ps.SUnsubscribe(ctx, channel)
 	}
-	return f.ps.Unsubscribe(ctx, channel)
+	return ps.Unsubscribe(ctx, channel)
 }
 
-// read receives until close. go-redis reconnects a connection that fails
-// and subscribes its channels again; the confirmations of those
-// subscriptions reach confirmed like the first ones.
+// read receives until close, from whichever connection is current. The
+// confirmations of the subscriptions a reconnection or a replacement makes
+// reach confirmed like the first ones.
 func (f *redisFeed) read(confirmed, dropped func(string), message func(channel, payload string)) {
-	var pinger sync.WaitGroup
-	pinger.Go(f.pingIdle)
-	defer pinger.Wait()
 	ctx := context.Background()
 	failed := 0
 	for {
-		m, err := f.ps.Receive(ctx)
+		m, err := f.current().Receive(ctx)
 		switch {
-		case errors.Is(err, redis.ErrClosed):
+		case f.isClosed():
 			return
+		case errors.Is(err, redis.ErrClosed):
+			continue // replaced: read the new connection
 		case err != nil:
 			failed++
 			if failed > 1 && !f.pause(feedRetry) {
@@ -97,23 +129,55 @@ func (f *redisFeed) read(confirmed, dropped func(string), message func(channel, 
 	}
 }
 
-// pingIdle pings the connection whenever it has read nothing for feedIdle,
-// until close. The reply comes back through read; a ping that cannot be
-// written has go-redis reconnect, and read sees the new subscriptions.
-func (f *redisFeed) pingIdle() {
-	t := time.NewTicker(feedIdle / 3)
+// watch pings the connection whenever it has read nothing for feedIdle,
+// and replaces it when a ping is not answered within feedIdle more, until
+// close. The reply comes back through read. A ping that cannot be written
+// has go-redis reconnect at once; one that is written and never answered
+// is what a half-open connection does, and only a new connection ends it.
+func (f *redisFeed) watch() {
+	t := time.NewTicker(feedIdle / 6)
 	defer t.Stop()
+	var pinged time.Time // the unanswered ping, if any
 	for {
 		select {
 		case <-t.C:
 		case <-f.closed:
 			return
 		}
-		if time.Since(time.Unix(0, f.lastRead.Load())) < feedIdle {
-			continue
+		lastRead := time.Unix(0, f.lastRead.Load())
+		switch {
+		case !pinged.IsZero() && lastRead.Before(pinged) && time.Since(pinged) >= feedIdle:
+			pinged = time.Time{}
+			f.replace()
+		case !pinged.IsZero() && !lastRead.Before(pinged):
+			pinged = time.Time{} // answered
+		case pinged.IsZero() && time.Since(lastRead) >= feedIdle:
+			pinged = time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), feedIdle)
+			_ = f.current().Ping(ctx)
+			cancel()
 		}
-		_ = f.ps.Ping(context.Background())
-		f.lastRead.Store(time.Now().UnixNano()) // one ping per silent feedIdle
+	}
+}
+
+// replace moves the feed to a new connection, subscribed to its channels;
+// the old one is closed, which ends its subscriptions on the server too.
+func (f *redisFeed) replace() {
+	f.mu.Lock()
+	if f.isClosed() {
+		f.mu.Unlock()
+		return
+	}
+	old := f.ps
+	f.ps = f.open()
+	ps, channels := f.ps, slices.Collect(maps.Keys(f.channels))
+	f.mu.Unlock()
+	f.lastRead.Store(time.Now().UnixNano())
+	_ = old.Close()
+	if len(channels) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), feedIdle)
+		defer cancel()
+		_ = subscribe(ctx, ps, f.sharded, channels...) // go-redis subscribes again on the next read if this fails
 	}
 }
 
@@ -130,7 +194,26 @@ func (f *redisFeed) pause(d time.Duration) bool {
 	}
 }
 
+func (f *redisFeed) isClosed() bool {
+	select {
+	case <-f.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// close closes the connection and waits for the watch goroutine. After it
+// has marked the feed closed, replace opens no new connection.
 func (f *redisFeed) close() error {
+	f.mu.Lock()
 	f.closeOnce.Do(func() { close(f.closed) })
-	return f.ps.Close()
+	ps := f.ps
+	f.mu.Unlock()
+	err := ps.Close()
+	f.wg.Wait()
+	if errors.Is(err, redis.ErrClosed) {
+		err = nil
+	}
+	return err
 }

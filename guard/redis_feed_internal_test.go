@@ -66,12 +66,9 @@ func startFeed(t *testing.T, addr, channel string) (rf *redisFeed, log *feedLog,
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = client.Close() })
 	s := newRedisStore(client, 0, 0)
-	f, subscribed := s.openFeed(t.Context(), channel)
-	rf = f.(*redisFeed)
-	if !subscribed {
-		if err := rf.subscribe(t.Context(), channel); err != nil {
-			t.Fatal(err)
-		}
+	rf = s.openFeed().(*redisFeed)
+	if err := rf.subscribe(t.Context(), channel); err != nil {
+		t.Fatal(err)
 	}
 	log = newFeedLog()
 	exited := make(chan struct{})
@@ -210,6 +207,32 @@ func TestFeedResubscribesAfterCut(t *testing.T) {
 	}
 	log.await(t, "message after the cut", func(g *feedLog) bool {
 		return len(g.messages) == 1 && g.messages[0] == "after-cut"
+	})
+}
+
+// A connection that goes silent without being closed (half-open: a
+// firewall on the path lost its state) is noticed by an unanswered ping and
+// replaced; the new connection's confirmation is reported, and messages
+// flow again.
+func TestFeedReplacesSilentConnection(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := faultproxy.New(t, srv.Addr())
+	admin := srv.Client(t)
+	_, log, _ := startFeed(t, proxy.Addr(), "feed-silent")
+	log.await(t, "subscription", func(g *feedLog) bool { return g.confirmed == 1 })
+	proxy.Freeze()
+	frozen := time.Now()
+	log.await(t, "confirmation on a new connection", func(g *feedLog) bool { return g.confirmed >= 2 })
+	// Idle for feedIdle, then a ping unanswered for feedIdle, each checked
+	// every feedIdle/6.
+	if d := time.Since(frozen); d > 2*feedIdle+feedIdle {
+		t.Errorf("replaced %v after the connection went silent, want within %v", d, 3*feedIdle)
+	}
+	if err := admin.Publish(t.Context(), "feed-silent", "after").Err(); err != nil {
+		t.Fatal(err)
+	}
+	log.await(t, "message on the new connection", func(g *feedLog) bool {
+		return len(g.messages) == 1 && g.messages[0] == "after"
 	})
 }
 

@@ -176,14 +176,12 @@ func (s *redisStore) feedSlot(channel string) int {
 	return hashSlot(channel)
 }
 
-func (s *redisStore) openFeed(ctx context.Context, channel string) (feed, bool) {
+func (s *redisStore) openFeed() feed {
 	if s.cluster != nil {
 		// A Cluster PubSub connects to the node of its first channel.
-		ps := s.client.SSubscribe(ctx, channel)
-		return newRedisFeed(ps, true), true
+		return newRedisFeed(func() *redis.PubSub { return s.cluster.SSubscribe(context.Background()) }, true)
 	}
-	ps := s.client.Subscribe(ctx)
-	return newRedisFeed(ps, false), false
+	return newRedisFeed(func() *redis.PubSub { return s.client.Subscribe(context.Background()) }, false)
 }
 
 func (s *redisStore) refresh(ctx context.Context) {

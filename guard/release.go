@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -19,53 +18,53 @@ func (l *Locker) release(ctx context.Context, le *Lease) error {
 	})
 }
 
-// releaseLease takes le's lease off its hold's counts in Redis; the last
-// lease frees the key (after MinHold).
+// releaseLease takes le's lease off its hold's counts, in Redis through a
+// count update (counts.go); the last lease frees the key (after MinHold),
+// and the update's sender ends the hold when Redis answers. It waits for
+// the answer until ctx is done: the update goes on without the caller, and
+// a key whose release does not land expires within its TTL.
 func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 	h := le.h
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	writes, reads := counts(h.writes, h.reads, le.write, -1)
-	final := writes == 0 && reads == 0
-	h.writes, h.reads = writes, reads
-	ctx, cancel := context.WithTimeout(ctx, h.timing.timeout)
-	defer cancel()
-	if h.over.Load() {
-		return l.releaseEnded(ctx, h, final)
+	ended := h.over.Load()
+	s, final := h.dropLeaseLocked(ctx, le.write)
+	h.mu.Unlock()
+	if ended {
+		return l.releaseEnded(ctx, h, s)
 	}
-	if final {
-		l.hb.remove(h) // no renewal is sent after this point
+	if err := s.await(ctx); err != nil {
+		return fmt.Errorf("guard: release %q: %w; the release goes on without waiting, and the key expires within its TTL if it does not land", h.key, err)
 	}
 	// A retry of a final release whose first try applied finds the owner's
 	// release marker and answers applied; any other "expired" or "taken"
 	// means the hold was gone before the release.
-	res, err := releaseRetrying(ctx, h, writes, reads)
 	switch {
-	case err == nil && res != applied:
-		h.lose(lostCause(h.key, res))
-		if res == taken {
-			return fmt.Errorf("%w: %q is now held by another owner", ErrNotHeld, h.key)
-		}
-		return fmt.Errorf("%w: %q expired before it was released", ErrNotHeld, h.key)
-	case final:
-		return l.releasedLast(h, err)
-	default:
-		return err
+	case s.err != nil && final:
+		return fmt.Errorf("guard: release %q: %w", h.key, s.err)
+	case s.err != nil:
+		return s.err
+	case s.res == applied:
+		return nil
 	}
+	h.lose(lostCause(h.key, s.res))
+	if s.res == taken {
+		return fmt.Errorf("%w: %q is now held by another owner", ErrNotHeld, h.key)
+	}
+	return fmt.Errorf("%w: %q expired before it was released", ErrNotHeld, h.key)
 }
 
 // releaseEnded releases a lease of a hold that was lost or abandoned by
 // Close. Its last lease still frees the key if the hold is ours on the
-// server, so the next owner need not wait for the TTL.
-func (l *Locker) releaseEnded(ctx context.Context, h *hold, final bool) error {
+// server (s is that update; nil for another lease), so the next owner need
+// not wait for the TTL.
+func (l *Locker) releaseEnded(ctx context.Context, h *hold, s *countSync) error {
 	var state string
-	if final {
-		res, err := h.setCounts(ctx, 0, 0, "release")
-		switch {
-		case err != nil:
-		case res == applied:
+	if s != nil {
+		switch err := s.await(ctx); {
+		case err != nil, s.err != nil:
+		case s.res == applied:
 			state = "; it was still held and is now released"
-		case res == taken:
+		case s.res == taken:
 			state = "; the key is now held by another owner"
 		default:
 			state = "; the key expired"
@@ -74,48 +73,11 @@ func (l *Locker) releaseEnded(ctx context.Context, h *hold, final bool) error {
 	return fmt.Errorf("%w: lease on %q: %w%s", ErrNotHeld, h.key, context.Cause(h.ctx), state)
 }
 
-// releasedLast ends a hold whose final release was sent; err says whether
-// Redis confirmed it.
-func (l *Locker) releasedLast(h *hold, err error) error {
-	if h.end(ErrReleased) {
-		l.obs.Event(h.obsCtx, observe.Held, observe.Info{Key: h.key, Name: h.name, Token: h.token, Delta: -1, Result: "released", Duration: l.clock.Now().Sub(h.start)})
-	}
-	if err != nil {
-		l.log.Warn("guard: release failed; the key expires within its TTL", "key", h.key, "err", err)
-		return fmt.Errorf("guard: release %q: %w", h.key, err)
-	}
-	if l.debugEnabled() {
-		l.log.Debug("guard: released", "key", h.key, "token", h.token)
-	}
-	return nil
-}
-
-// Release retries back off from releaseBackoff to releaseMaxBackoff: the
-// first retry comes soon enough to catch a dropped connection that go-redis
-// replaces at once, later ones leave a struggling server room.
+// Count updates retry transport errors, backing off from releaseBackoff to
+// releaseMaxBackoff: the first retry comes soon enough to catch a dropped
+// connection that go-redis replaces at once, later ones leave a struggling
+// server room.
 const (
 	releaseBackoff    = 10 * time.Millisecond
 	releaseMaxBackoff = 200 * time.Millisecond
 )
-
-// releaseRetrying sets h's counts for a release, retrying on transport
-// errors until ctx is done. The script sets counts rather than adding to them, and a final
-// release leaves a marker, so a retry after a lost reply is harmless.
-func releaseRetrying(ctx context.Context, h *hold, writes, reads int) (outcome, error) {
-	backoff := releaseBackoff
-	for {
-		res, err := h.setCounts(ctx, writes, reads, "release")
-		if err == nil {
-			return res, nil
-		}
-		if errors.Is(err, ErrWrongType) || errors.Is(err, ErrClosed) || ctx.Err() != nil {
-			return 0, err
-		}
-		select {
-		case <-time.After(backoff):
-			backoff = min(2*backoff, releaseMaxBackoff)
-		case <-ctx.Done():
-			return 0, err
-		}
-	}
-}

@@ -81,8 +81,16 @@ func (r *runner) stop() {
 // the client's ReadTimeout. An abandoned fn keeps running on a goroutine
 // owned by the Locker (Close waits for it) and its result goes to abandoned,
 // which may clean up after it (release a lock it turned out to acquire).
+//
+// A request is bounded by the request timeout (at least 1s) in any case,
+// also under a context that is never done: otherwise go-redis's dial
+// retries alone could hold a single try for many seconds while the server
+// cannot be reached.
 func await[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, error), abandoned func(T, error)) (T, error) {
 	if ctx.Done() == nil {
+		// Nothing can end the wait but the request: run it here.
+		ctx, cancel := context.WithTimeout(ctx, max(l.cfg.requestTimeout, time.Second))
+		defer cancel()
 		return fn(ctx)
 	}
 	if ctx.Err() != nil {

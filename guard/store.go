@@ -38,9 +38,10 @@ type store interface {
 	// channels with the same slot share one. noSlot means the store has one
 	// connection for every channel.
 	feedSlot(channel string) int
-	// openFeed opens a subscription connection for channel's slot;
-	// subscribed reports that it subscribed channel already.
-	openFeed(ctx context.Context, channel string) (f feed, subscribed bool)
+	// openFeed returns a subscription connection, not connected yet: it
+	// connects on its first subscription, to the node that serves that
+	// channel's slot. It makes no request.
+	openFeed() feed
 	// refresh has the client learn where channels and keys live now, before
 	// a subscription connection is replaced: on Cluster, it reloads the
 	// slot map. Nothing elsewhere.
@@ -94,7 +95,9 @@ type noReplyError struct{ err error }
 func (e *noReplyError) Error() string { return e.err.Error() }
 func (e *noReplyError) Unwrap() error { return e.err }
 
-// feed is one subscription connection for release notifications.
+// feed is one subscription connection for release notifications. It
+// stays usable across reconnections: it subscribes its channels again on a
+// new connection, and replaces one that stops answering.
 type feed interface {
 	subscribe(ctx context.Context, channel string) error
 	unsubscribe(ctx context.Context, channel string) error

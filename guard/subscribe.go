@@ -5,143 +5,187 @@ import (
 	"time"
 )
 
-// shard is one subscription connection and the channels subscribed on it.
+// shard is one subscription connection and the channels its waiters want
+// on it: one per Locker outside Cluster (noSlot), one per hash slot with
+// waiters on Cluster. Its worker (serve) makes the connection's
+// subscriptions follow what is wanted, one request at a time and with no
+// lock held across a request: a waiter only records what it wants and
+// waits for the subscription no longer than its context allows, so a
+// connection that is slow to open holds up nobody's call.
 type shard struct {
-	feed     feed
-	slot     int
-	node     string // where the slot was served when feed was opened ("" outside Cluster)
-	channels map[string]struct{}
+	slot int
+	kick chan struct{} // wakes the worker: want or stale changed
+
+	// Guarded by the notifier's mu.
+	want  map[string]*channelState // channels with waiters, each wanted for its state
+	stale bool                     // the connection must be replaced (its slot moved)
+	// unsubscribing counts the unsubscriptions of each channel asked for
+	// and not yet confirmed: their confirmations are not drops (see
+	// notifier.dropped).
+	unsubscribing map[string]int
 }
 
-func (n *notifier) subscribe(ctx context.Context, channel string, st *channelState) error {
-	n.subMu.Lock()
-	defer n.subMu.Unlock()
-	sh, subscribed, err := n.shardFor(ctx, channel)
-	if err != nil {
-		return err
+// shardLocked returns the shard of slot, starting it if it has none; n.mu
+// is held.
+func (n *notifier) shardLocked(slot int) *shard {
+	sh := n.shards[slot]
+	if sh == nil {
+		sh = &shard{slot: slot, kick: make(chan struct{}, 1), want: make(map[string]*channelState), unsubscribing: make(map[string]int)}
+		n.shards[slot] = sh
+		n.wg.Go(func() { n.serve(sh) })
 	}
-	sh.channels[channel] = struct{}{}
-	n.mu.Lock()
-	st.shard = sh
-	n.mu.Unlock()
-	if subscribed {
-		return nil
-	}
-	_, err = await(ctx, n.l, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, sh.feed.subscribe(ctx, channel)
-	}, nil)
-	return err
+	return sh
 }
 
-// shardFor returns the subscription connection for channel, creating it and
-// its reader on first use; subscribed reports that creating it subscribed
-// channel already. Called with subMu held.
-//
-// On Cluster there is one connection per hash slot with waiters, not one
-// per master: when a connection drops, go-redis resubscribes all its
-// channels in a single SSUBSCRIBE, which Redis rejects with CROSSSLOT
-// unless they share a slot, and the waiters would then hear nothing more.
-// A slot's connection also follows the slot to a new master on reconnect.
-// It is closed when its last channel's waiters leave (stopWaiting), so a
-// Locker keeps as many as it has slots waited on, no more.
-func (n *notifier) shardFor(ctx context.Context, channel string) (sh *shard, subscribed bool, err error) {
-	slot := n.l.store.feedSlot(channel)
-	if sh := n.subs[slot]; sh != nil {
-		return sh, false, nil
-	}
-	if n.l.isClosed() {
-		return nil, false, ErrClosed
-	}
-	node := n.l.store.renewalGroup(ctx, channel)
-	f, subscribed := n.l.store.openFeed(ctx, channel)
-	sh = &shard{feed: f, slot: slot, node: node, channels: make(map[string]struct{})}
-	n.subs[slot] = sh
-	n.wg.Go(func() { f.read(n.confirmed, n.dropped, n.released) })
-	return sh, subscribed, nil
+// subscription is what the worker does next, decided under n.mu.
+type subscription struct {
+	replace   bool
+	subscribe []*channelState
+	drop      []string
+	exit      bool
 }
 
-// unsubscribe drops channel from sh, closing sh instead when it is a
-// slot's own connection and channel was its last. Called with subMu
-// held.
-func (n *notifier) unsubscribe(ctx context.Context, sh *shard, channel string) {
-	delete(sh.channels, channel)
-	switch {
-	case sh.slot == noSlot || len(sh.channels) > 0:
-		_ = sh.feed.unsubscribe(ctx, channel)
-	case n.subs[sh.slot] == sh:
-		// Closing the connection ends the subscription on the server too,
-		// and the reader returns once go-redis closes its channel.
-		delete(n.subs, sh.slot)
-		_ = sh.feed.close()
-	}
-}
-
-// dropped runs when the server confirms that channel was unsubscribed. If
-// its waiters are still there, guard did not ask for it: Redis dropped the
-// subscription because the channel's slot left the node (a manual
-// CLUSTER FAILOVER, a resharding) and no release would reach them. The
-// waiters are woken, since one may have been missed, and their slot's
-// connection is replaced by one to the slot's current node, off the
-// reader's goroutine.
-func (n *notifier) dropped(channel string) {
-	n.mu.Lock()
-	st := n.chans[channel]
-	if st == nil || len(st.waiters) == 0 || st.shard == nil {
+// serve runs sh's connection until the Locker closes or, for a Cluster
+// slot's shard, until no waiter wants any of its channels.
+func (n *notifier) serve(sh *shard) {
+	var f feed
+	var node string // where f was opened: the slot's master on Cluster
+	have := make(map[string]*channelState)
+	defer func() {
+		if f != nil {
+			_ = f.close()
+		}
+	}()
+	for {
+		n.mu.Lock()
+		next := n.nextLocked(sh, f != nil, have)
 		n.mu.Unlock()
-		return
+		switch {
+		case next.exit:
+			return
+		case next.replace:
+			if f != nil {
+				_ = f.close()
+				f = nil
+				clear(have)
+			}
+			n.awaitMove(sh, node)
+			continue
+		case len(next.subscribe) == 0 && len(next.drop) == 0:
+			select {
+			case <-sh.kick:
+			case <-n.life.Done():
+			}
+			continue
+		}
+		if f == nil {
+			f, node = n.open(next.subscribe[0].channel)
+		}
+		for _, st := range next.subscribe {
+			n.request(func(ctx context.Context) error { return f.subscribe(ctx, st.channel) })
+			// go-redis keeps the channel and subscribes it again on its
+			// next connection should this request fail: the waiters
+			// wait on their timers meanwhile.
+			have[st.channel] = st
+		}
+		for _, channel := range next.drop {
+			n.request(func(ctx context.Context) error { return f.unsubscribe(ctx, channel) })
+			delete(have, channel)
+		}
 	}
-	old := st.shard
-	for _, w := range st.waiters {
-		w.wake()
-	}
-	n.mu.Unlock()
-	n.l.runner.start(func() { n.replace(old) })
 }
 
-// replace closes the subscription connection old and subscribes its
-// channels that still have waiters on a new one.
-func (n *notifier) replace(old *shard) {
-	n.subMu.Lock()
-	if n.subs[old.slot] != old || n.l.isClosed() {
-		n.subMu.Unlock()
+// nextLocked decides the worker's next step from what is wanted and what
+// the connection has (open tells whether it is); n.mu is held.
+func (n *notifier) nextLocked(sh *shard, open bool, have map[string]*channelState) subscription {
+	if n.closed {
+		return subscription{exit: true}
+	}
+	if sh.stale {
+		sh.stale = false
+		if open {
+			return subscription{replace: true}
+		}
+	}
+	if len(sh.want) == 0 && sh.slot != noSlot {
+		// A Cluster slot's connection is closed when its waiters are gone
+		// (serve's deferred close ends its subscriptions on the server). A
+		// waiter that comes later starts a shard of its own.
+		delete(n.shards, sh.slot)
+		return subscription{exit: true}
+	}
+	var next subscription
+	for channel, st := range sh.want {
+		if have[channel] != st {
+			// A new state for a channel subscribed before is subscribed
+			// again: its confirmation is what marks it live.
+			next.subscribe = append(next.subscribe, st)
+		}
+	}
+	for channel := range have {
+		if _, ok := sh.want[channel]; ok {
+			continue
+		}
+		if sh.slot != noSlot {
+			sh.unsubscribing[channel]++
+		}
+		next.drop = append(next.drop, channel)
+	}
+	return next
+}
+
+// open opens the shard's connection for channel's slot and starts its
+// reader; it returns the node it was opened for (the slot's master on
+// Cluster, "" elsewhere).
+func (n *notifier) open(channel string) (feed, string) {
+	ctx, cancel := context.WithTimeout(n.life, n.l.cfg.requestTimeout)
+	node := n.l.store.renewalGroup(ctx, channel)
+	cancel()
+	f := n.l.store.openFeed()
+	n.wg.Go(func() { f.read(n.confirmed, n.dropped, n.released) })
+	return f, node
+}
+
+// request runs one subscription request, bounded by the request timeout
+// and by Close.
+func (n *notifier) request(do func(ctx context.Context) error) {
+	ctx, cancel := context.WithTimeout(n.life, n.l.cfg.requestTimeout)
+	defer cancel()
+	if err := do(ctx); err != nil && n.life.Err() == nil {
+		n.l.log.Warn("guard: subscription request failed; waiting on the key's TTL meanwhile", "err", err)
+	}
+}
+
+// awaitMove waits, after a Cluster slot's connection was dropped, until the
+// client's slot map names another master than node for the slot, so the
+// new connection goes to where the slot is now: a map reloaded from a node
+// that has not heard of the move yet still names the old one, which (a
+// demoted master) the new master may not count in its shard yet, and
+// releases published meanwhile would not reach it. Bounded by the request
+// timeout and by Close.
+func (n *notifier) awaitMove(sh *shard, node string) {
+	n.mu.Lock()
+	var channel string
+	for ch := range sh.want {
+		channel = ch
+		break
+	}
+	n.mu.Unlock()
+	if channel == "" || node == "" {
 		return
 	}
-	delete(n.subs, old.slot)
-	_ = old.feed.close()
-	channels := make([]string, 0, len(old.channels))
-	for ch := range old.channels {
-		channels = append(channels, ch)
-	}
-	n.subMu.Unlock()
-	// The new connection must go to the slot's new node. A slot map
-	// reloaded from a node that has not heard of the move yet still names
-	// the old one, which (a demoted master) the new master may not count
-	// in its shard yet: releases published meanwhile would not reach it.
-	ctx, cancel := context.WithTimeout(context.Background(), n.l.cfg.requestTimeout)
+	ctx, cancel := context.WithTimeout(n.life, n.l.cfg.requestTimeout)
 	defer cancel()
-	for len(channels) > 0 && ctx.Err() == nil {
+	for ctx.Err() == nil {
 		n.l.store.refresh(ctx)
-		if n.l.store.renewalGroup(ctx, channels[0]) != old.node {
-			break
+		if n.l.store.renewalGroup(ctx, channel) != node {
+			return
 		}
 		t := time.NewTimer(50 * time.Millisecond)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-		case <-n.l.closed:
 			t.Stop()
-			return
-		}
-	}
-	for _, ch := range channels {
-		n.mu.Lock()
-		st := n.chans[ch]
-		n.mu.Unlock()
-		if st == nil {
-			continue
-		}
-		if err := n.subscribe(ctx, ch, st); err != nil {
-			n.l.log.Warn("guard: resubscribe failed; waiting on the key's TTL", "channel", ch, "err", err)
 		}
 	}
 }

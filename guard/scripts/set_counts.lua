@@ -13,7 +13,10 @@
 -- A release that frees the key grants it to the oldest live registration
 -- when that is a writer that takes grants: the script takes the key for it
 -- as acquire.lua would, for the registration's TTL or what is left of the
--- registration if less, and publishes 'grant <Locker id> <owner> <token>'.
+-- registration if less, and publishes 'grant <Locker id> <owner> <token>
+-- <ms the grant lasts>': the other Lockers' waiters sleep no longer than
+-- that, since a grantee that crashed never renews it and its expiry
+-- publishes nothing.
 -- The waiter learns it holds the key without another round trip; its
 -- registering request was sent before the grant, so the TTL counted from
 -- that request's send time ends no later than the grant does.
@@ -22,6 +25,9 @@
 -- (their expiry may be sooner than the one a waiter is sleeping on); all
 -- three name the Locker that should act: the one of the oldest live
 -- registration ('' when none is).
+-- A drop (ARGV[2] 0) adds the owner it dropped to what it publishes
+-- ('free <Locker id> <owner>'): the waiter that dropped a hold it could not
+-- use (a split vote on a quorum) must not be woken by its own drop.
 -- Publishes 'read' when only readers remain after a writer downgraded.
 -- Permits (see prelude.lua): a final release of one permit, while other
 -- owners keep theirs, grants that one permit as a release of the whole key
@@ -73,7 +79,7 @@ local function grant(r, at, permits)
     redis.call('PEXPIRE', key, left)
   end
   redis.call('ZREM', waiting, r)
-  redis.call(PUBLISH, channel_of(key), 'grant ' .. locker .. ' ' .. o .. ' ' .. token)
+  redis.call(PUBLISH, channel_of(key), 'grant ' .. locker .. ' ' .. o .. ' ' .. token .. ' ' .. left)
   return true
 end
 
@@ -82,15 +88,17 @@ end
 -- whose registration a failover or an eviction lost still hears it.
 -- permits is set when one permit of a key still held is free (see grant).
 local function notify(what, permits)
+  local dropped = ''
+  if marker == '0' then dropped = ' ' .. owner end
   if redis.call('EXISTS', waiting) == 0 then
-    redis.call(PUBLISH, channel_of(key), what .. ' ')
+    redis.call(PUBLISH, channel_of(key), what .. ' ' .. dropped)
     return
   end
   redis.call('ZREMRANGEBYSCORE', waiting, '-inf', clock())
   local first = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')
   if first[1] and what == 'free' and grant(first[1], tonumber(first[2]), permits) then return end
   local next = first[1] and string.match(first[1], '^%S+') or ''
-  redis.call(PUBLISH, channel_of(key), what .. ' ' .. next)
+  redis.call(PUBLISH, channel_of(key), what .. ' ' .. next .. dropped)
 end
 
 local got = redis.call('HMGET', key, owner .. ':t', owner .. ':x', 'writer', owner .. ':m')

@@ -1,0 +1,164 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jobguard/jobguard/guard/observe"
+)
+
+// A hold's lease counts live in Redis (set_counts.lua sets them, never adds
+// to them, so a retry is harmless). Every re-entry and release changes the
+// counts in the hold first, under its mutex, and then waits, no longer than
+// its context allows, for a count update that carries them: one update at a
+// time per hold, sent by a goroutine of the Locker's runner (syncCounts),
+// which carries the counts as they are when it sends. So concurrent changes
+// share one request, updates reach Redis in the order they were made, and
+// no caller ever waits on a mutex held across a request: a re-entry stuck
+// on a dead link holds up nobody else's call.
+
+// countSync is one count update; callers wait on done for its answer.
+type countSync struct {
+	// obsCtx is the context of the caller that asked for the update, for
+	// its round trips' observer events (a tracing span's, say).
+	obsCtx context.Context
+	done   chan struct{}
+	res    outcome
+	err    error
+}
+
+// syncLocked returns the count update that will carry the hold's counts as
+// they are now, starting the sender if it is idle; h.mu is held. ctx is the
+// caller's, whose values the update's observer events get if it starts
+// one. After Close has stopped the runner, the update fails at once with
+// ErrClosed.
+func (h *hold) syncLocked(ctx context.Context) *countSync {
+	if h.next != nil {
+		return h.next
+	}
+	s := &countSync{obsCtx: ctx, done: make(chan struct{})}
+	h.next = s
+	if h.syncing {
+		return s
+	}
+	h.syncing = true
+	if !h.l.runner.start(h.syncCounts) {
+		h.syncing, h.next = false, nil
+		s.err = ErrClosed
+		close(s.done)
+	}
+	return s
+}
+
+// syncCounts sends count updates until none is pending.
+func (h *hold) syncCounts() {
+	for {
+		h.mu.Lock()
+		s := h.next
+		if s == nil {
+			h.syncing = false
+			h.mu.Unlock()
+			return
+		}
+		h.next = nil
+		writes, reads := h.writes, h.reads
+		op := "acquire" // the round trip's name for observers
+		if writes+reads < h.sentWrites+h.sentReads {
+			op = "release"
+		}
+		h.mu.Unlock()
+
+		s.res, s.err = h.sendCounts(s.obsCtx, writes, reads, op)
+		if s.err == nil {
+			h.mu.Lock()
+			h.sentWrites, h.sentReads = writes, reads
+			h.mu.Unlock()
+		}
+		if writes == 0 && reads == 0 {
+			h.settleFinal(s.res, s.err)
+		}
+		close(s.done)
+	}
+}
+
+// sendCounts sets the hold's counts in Redis, retrying transport errors
+// for up to the request timeout. op names the round trips for observers.
+func (h *hold) sendCounts(obsCtx context.Context, writes, reads int, op string) (outcome, error) {
+	l := h.l
+	ctx, cancel := context.WithTimeout(context.Background(), h.timing.timeout)
+	defer cancel()
+	// The marker of a final release outlives every retry: they stop at the
+	// request timeout.
+	a := countArgs{owner: h.owner, writes: writes, reads: reads, marker: 2 * max(h.timing.timeout, time.Second)}
+	backoff := releaseBackoff
+	for {
+		start := time.Now()
+		res, err := l.store.setCounts(ctx, h.keys, a)
+		l.obs.Event(obsCtx, observe.RoundTrip, observe.Info{Op: op, Key: h.key, Name: h.name, Duration: time.Since(start), Err: err})
+		if err == nil {
+			return res, nil
+		}
+		if errors.Is(err, ErrWrongType) || ctx.Err() != nil {
+			return 0, redisError(h.key, err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+			backoff = min(2*backoff, releaseMaxBackoff)
+		case <-ctx.Done():
+			t.Stop()
+			return 0, redisError(h.key, err)
+		}
+	}
+}
+
+// settleFinal ends the hold after its final update was answered: released
+// when Redis applied it, or when it could not tell (the key then expires
+// within its TTL); lost when the hold was gone before it. A hold that had
+// ended before (lost, or given up by Close) is left as it ended.
+func (h *hold) settleFinal(res outcome, err error) {
+	l := h.l
+	if err == nil && res != applied {
+		h.lose(lostCause(h.key, res))
+		return
+	}
+	if !h.end(ErrReleased) {
+		return
+	}
+	l.obs.Event(h.obsCtx, observe.Held, observe.Info{Key: h.key, Name: h.name, Token: h.token, Delta: -1, Result: "released", Duration: l.clock.Now().Sub(h.start)})
+	if err != nil {
+		l.log.Warn("guard: release failed; the key expires within its TTL", "key", h.key, "err", err)
+	} else if l.debugEnabled() {
+		l.log.Debug("guard: released", "key", h.key, "token", h.token)
+	}
+}
+
+// dropLeaseLocked takes one lease of the given mode off the hold's counts
+// and returns the update that will carry the change, nil when none is
+// needed (a lost hold's counts are not sent until its last lease frees the
+// key, if it is still ours). When the last lease goes, the hold stops being
+// renewed and can no longer be re-entered. h.mu is held; ctx is the
+// caller's, for observers.
+func (h *hold) dropLeaseLocked(ctx context.Context, write bool) (s *countSync, final bool) {
+	h.writes, h.reads = counts(h.writes, h.reads, write, -1)
+	final = h.writes == 0 && h.reads == 0
+	if final {
+		h.final = true
+		h.l.hb.remove(h) // no renewal is sent after the final update
+	}
+	if h.over.Load() && !final {
+		return nil, false
+	}
+	return h.syncLocked(ctx), final
+}
+
+// await waits for s's answer until ctx is done.
+func (s *countSync) await(ctx context.Context) error {
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

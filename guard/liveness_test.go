@@ -1,0 +1,382 @@
+package guard_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/internal/faultproxy"
+	"github.com/jobguard/jobguard/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// The liveness promise: every call returns when its context is done, also
+// while the server cannot answer, and also while another goroutine of the
+// same Locker is stuck in the same fault (no lock in guard is held across a
+// network call). Each case below builds a fresh fleet: the Locker under test
+// reaches its servers through a fault proxy and a dialer that can be made
+// slow; a second Locker, direct, holds the keys it waits for.
+
+const (
+	// callBudget is the context every measured call gets.
+	callBudget = 300 * time.Millisecond
+	// returnBound is how soon after its start a call must have returned.
+	returnBound = time.Second
+)
+
+// slowDialer opens connections after a delay the test sets, as a dial does
+// when SYNs are dropped: new connections are slow, open ones are not.
+type slowDialer struct{ delay atomic.Int64 }
+
+func (d *slowDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if delay := time.Duration(d.delay.Load()); delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+	var nd net.Dialer
+	return nd.DialContext(ctx, network, addr)
+}
+
+// faultEnv is one fleet: l is the Locker under test, other a second
+// process's Locker that holds the keys l waits for.
+type faultEnv struct {
+	servers []*redistest.Server
+	proxies []*faultproxy.Proxy
+	dialer  *slowDialer
+	clients []*redis.Client // l's
+	l       *guard.Locker
+	other   *guard.Locker
+}
+
+// newFaultEnv starts one server (New) or three (NewQuorum when quorum).
+func newFaultEnv(t *testing.T, quorum bool) *faultEnv {
+	t.Helper()
+	e := &faultEnv{dialer: &slowDialer{}}
+	if quorum {
+		e.servers = redistest.StartMasters(t, 3)
+	} else {
+		e.servers = []*redistest.Server{redistest.Start(t)}
+	}
+	var mine, theirs []redis.UniversalClient
+	for _, s := range e.servers {
+		p := faultproxy.New(t, s.Addr())
+		e.proxies = append(e.proxies, p)
+		c := redis.NewClient(&redis.Options{Addr: p.Addr(), Dialer: e.dialer.dial})
+		e.clients = append(e.clients, c)
+		mine = append(mine, c)
+		theirs = append(theirs, redis.NewClient(&redis.Options{Addr: s.Addr()}))
+	}
+	t.Cleanup(func() {
+		for _, c := range append(mine, theirs...) {
+			_ = c.Close()
+		}
+	})
+	open := func(clients []redis.UniversalClient) *guard.Locker {
+		var l *guard.Locker
+		var err error
+		if quorum {
+			l, err = guard.NewQuorum(clients)
+		} else {
+			l, err = guard.New(clients[0])
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	e.l, e.other = open(mine), open(theirs)
+	return e
+}
+
+// warm opens a few connections in each of l's pools, so that only a new
+// kind of connection (the subscription) needs a dial during the fault.
+func (e *faultEnv) warm(t *testing.T) {
+	t.Helper()
+	for _, c := range e.clients {
+		var wg sync.WaitGroup
+		for range 6 {
+			wg.Go(func() {
+				if err := c.Ping(t.Context()).Err(); err != nil {
+					t.Errorf("warming the pool: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
+
+// hold has the other Locker hold key until the test ends.
+func (e *faultEnv) hold(t *testing.T, key string) {
+	t.Helper()
+	le := mustAcquire(t, t.Context(), e.other, key, guard.Wait(0))
+	t.Cleanup(func() { _ = le.Release(context.Background()) })
+}
+
+// killFeeds closes every subscription connection on the servers.
+func (e *faultEnv) killFeeds(t *testing.T) {
+	t.Helper()
+	for _, s := range e.servers {
+		c := s.Client(t)
+		if err := c.ClientKillByFilter(t.Context(), "TYPE", "pubsub").Err(); err != nil {
+			t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
+		}
+	}
+}
+
+type livenessFault struct {
+	name string
+	// feedFirst has a waiter subscribed before the fault, for a fault
+	// that acts on the subscription.
+	feedFirst     bool
+	inject, clear func(t *testing.T, e *faultEnv)
+}
+
+var livenessFaults = []livenessFault{
+	{
+		name:   "new connections slow to open",
+		inject: func(_ *testing.T, e *faultEnv) { e.dialer.delay.Store(int64(4 * time.Second)) },
+		clear:  func(_ *testing.T, e *faultEnv) { e.dialer.delay.Store(0) },
+	},
+	{
+		name: "link black-holed",
+		inject: func(_ *testing.T, e *faultEnv) {
+			for _, p := range e.proxies {
+				p.Blackhole(true)
+			}
+		},
+		clear: func(_ *testing.T, e *faultEnv) {
+			for _, p := range e.proxies {
+				p.Blackhole(false)
+				p.CutAll() // what was lost meanwhile must not be read as a late reply
+			}
+		},
+	},
+	{
+		name: "server SIGSTOPped",
+		inject: func(t *testing.T, e *faultEnv) {
+			for _, s := range e.servers {
+				s.Pause(t)
+			}
+		},
+		clear: func(t *testing.T, e *faultEnv) {
+			for _, s := range e.servers {
+				s.Resume(t)
+			}
+		},
+	},
+	{
+		name:      "pub/sub connection killed",
+		feedFirst: true,
+		inject:    func(t *testing.T, e *faultEnv) { e.killFeeds(t) },
+		clear:     func(*testing.T, *faultEnv) {},
+	},
+}
+
+// livenessCall is one public call that can wait. setup runs before the
+// fault; it returns the call, which run calls twice: once as the stuck
+// goroutine (with a context the test cancels at the end) and once measured,
+// with callBudget.
+type livenessCall struct {
+	name   string
+	quorum bool
+	setup  func(t *testing.T, e *faultEnv) (stuck, measured func(ctx context.Context) error)
+}
+
+func sameCall(f func(ctx context.Context) error) (func(context.Context) error, func(context.Context) error) {
+	return f, f
+}
+
+var livenessCalls = []livenessCall{
+	{name: "Acquire fresh", setup: acquireFresh},
+	{name: "Acquire waiting", setup: acquireWaiting},
+	{name: "Acquire re-entering", setup: acquireReentering},
+	{name: "Release", setup: releaseLease},
+	{name: "WithLock", setup: func(_ *testing.T, e *faultEnv) (func(context.Context) error, func(context.Context) error) {
+		var n atomic.Int32
+		return sameCall(func(ctx context.Context) error {
+			return e.l.WithLock(ctx, fmt.Sprintf("withlock-%d", n.Add(1)), func(context.Context) error { return nil })
+		})
+	}},
+	{name: "Inspect", setup: func(t *testing.T, e *faultEnv) (func(context.Context) error, func(context.Context) error) {
+		e.hold(t, "inspected")
+		return sameCall(func(ctx context.Context) error {
+			_, err := e.l.Inspect(ctx, "inspected")
+			return err
+		})
+	}},
+	{name: "Scan", setup: func(t *testing.T, e *faultEnv) (func(context.Context) error, func(context.Context) error) {
+		e.hold(t, "scanned")
+		return sameCall(func(ctx context.Context) error {
+			return e.l.Scan(ctx, "*", func(guard.LockState) error { return nil })
+		})
+	}},
+	{name: "ForceRelease", setup: func(_ *testing.T, e *faultEnv) (func(context.Context) error, func(context.Context) error) {
+		return sameCall(func(ctx context.Context) error {
+			_, err := e.l.ForceRelease(ctx, "forced")
+			return err
+		})
+	}},
+	{name: "Claim", setup: func(_ *testing.T, e *faultEnv) (func(context.Context) error, func(context.Context) error) {
+		return sameCall(func(ctx context.Context) error {
+			_, err := e.l.Claim(ctx, "claimed", []byte("v"), time.Minute)
+			return err
+		})
+	}},
+	{name: "ClaimFenced", setup: func(t *testing.T, e *faultEnv) (func(context.Context) error, func(context.Context) error) {
+		le := mustAcquire(t, t.Context(), e.l, "fenced-claim", guard.Wait(0))
+		t.Cleanup(func() { _ = le.Release(context.Background()) })
+		return sameCall(func(ctx context.Context) error {
+			return e.l.ClaimFenced(ctx, "fenced-claim", le.Token(), []byte("v"), time.Minute)
+		})
+	}},
+	{name: "quorum Acquire fresh", quorum: true, setup: acquireFresh},
+	{name: "quorum Acquire waiting", quorum: true, setup: acquireWaiting},
+	{name: "quorum Release", quorum: true, setup: releaseLease},
+}
+
+func acquireFresh(_ *testing.T, e *faultEnv) (func(context.Context) error, func(context.Context) error) {
+	var n atomic.Int32
+	return sameCall(func(ctx context.Context) error {
+		le, err := e.l.Acquire(ctx, fmt.Sprintf("fresh-%d", n.Add(1)))
+		if err == nil {
+			_ = le.Release(ctx)
+		}
+		return err
+	})
+}
+
+func acquireWaiting(t *testing.T, e *faultEnv) (func(context.Context) error, func(context.Context) error) {
+	e.hold(t, "waited-a")
+	e.hold(t, "waited-b")
+	acquire := func(key string) func(context.Context) error {
+		return func(ctx context.Context) error {
+			le, err := e.l.Acquire(ctx, key)
+			if err == nil {
+				_ = le.Release(ctx)
+			}
+			return err
+		}
+	}
+	return acquire("waited-a"), acquire("waited-b")
+}
+
+// acquireReentering re-enters a hold of l's through the hold's context.
+func acquireReentering(t *testing.T, e *faultEnv) (func(context.Context) error, func(context.Context) error) {
+	le := mustAcquire(t, t.Context(), e.l, "reentered", guard.Wait(0))
+	t.Cleanup(func() { _ = le.Release(context.Background()) })
+	return sameCall(func(ctx context.Context) error {
+		// ctx's values must carry the hold: derive from the lease's context,
+		// with ctx's cancellation.
+		rctx, cancel := context.WithCancel(le.Context())
+		defer cancel()
+		stop := context.AfterFunc(ctx, cancel)
+		defer stop()
+		inner, err := e.l.Acquire(rctx, "reentered")
+		if err == nil {
+			_ = inner.Release(ctx)
+		}
+		return err
+	})
+}
+
+// releaseLease releases two leases of one hold: the stuck goroutine the
+// inner, the measured call the outer.
+func releaseLease(t *testing.T, e *faultEnv) (func(context.Context) error, func(context.Context) error) {
+	outer := mustAcquire(t, t.Context(), e.l, "released", guard.Wait(0))
+	inner := mustAcquire(t, outer.Context(), e.l, "released")
+	return inner.Release, outer.Release
+}
+
+func TestEveryCallReturnsWhenItsContextIsDone(t *testing.T) {
+	for _, f := range livenessFaults {
+		for _, c := range livenessCalls {
+			t.Run(f.name+"/"+c.name, func(t *testing.T) {
+				e := newFaultEnv(t, c.quorum)
+				e.warm(t)
+				stuck, measured := c.setup(t, e)
+				if f.feedFirst {
+					// A waiter subscribed before the fault.
+					e.hold(t, "subscribed")
+					go func() {
+						ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+						defer cancel()
+						_, _ = e.l.Acquire(ctx, "subscribed")
+					}()
+					time.Sleep(200 * time.Millisecond)
+				}
+				e.hold(t, "stuck-waiter")
+				f.inject(t, e)
+				cleared := false
+				defer func() {
+					if !cleared {
+						f.clear(t, e)
+					}
+				}()
+
+				// Another goroutine of the same Locker, stuck in the same fault:
+				// a waiter (it subscribes) and the same call.
+				stuckCtx, cancelStuck := context.WithCancel(t.Context())
+				type result struct {
+					name string
+					err  error
+					took time.Duration // after its context was done
+				}
+				stuckDone := make(chan result, 2)
+				var canceledAt atomic.Pointer[time.Time]
+				for name, call := range map[string]func(context.Context) error{
+					"stuck waiter": func(ctx context.Context) error { _, err := e.l.Acquire(ctx, "stuck-waiter"); return err },
+					"stuck call":   stuck,
+				} {
+					go func() {
+						err := call(stuckCtx)
+						var took time.Duration
+						if at := canceledAt.Load(); at != nil {
+							took = time.Since(*at)
+						}
+						stuckDone <- result{name, err, took}
+					}()
+				}
+				time.Sleep(200 * time.Millisecond)
+
+				ctx, cancel := context.WithTimeout(t.Context(), callBudget)
+				start := time.Now()
+				err := measured(ctx)
+				took := time.Since(start)
+				cancel()
+				t.Logf("returned after %v: %v", took.Round(time.Millisecond), err)
+				if took > returnBound {
+					t.Errorf("returned %v after it was called with a %v context, want within %v", took.Round(time.Millisecond), callBudget, returnBound)
+				}
+
+				// The stuck calls too return when their context is done,
+				// fault or not.
+				now := time.Now()
+				canceledAt.Store(&now)
+				cancelStuck()
+				for range 2 {
+					select {
+					case r := <-stuckDone:
+						if r.took > returnBound {
+							t.Errorf("%s returned %v after its context was canceled, want within %v (%v)", r.name, r.took.Round(time.Millisecond), returnBound, r.err)
+						}
+					case <-time.After(10 * time.Second):
+						t.Fatal("a stuck call did not return within 10s of its context's end")
+					}
+				}
+				f.clear(t, e)
+				cleared = true
+			})
+		}
+	}
+}
