@@ -258,4 +258,3 @@ func TestSilentSubscriptionIsReplaced(t *testing.T) {
 		t.Errorf("waiter acquired %v after the release, want within 12s (a dead subscription noticed and replaced)", took)
 	}
 }
-
