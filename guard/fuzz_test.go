@@ -44,7 +44,7 @@ func FuzzKey(f *testing.F) {
 	f.Cleanup(func() { _ = l.Close() })
 
 	f.Fuzz(func(t *testing.T, key string) {
-		valid := key != "" && !strings.Contains(key, "}")
+		valid := key != "" && len(key) <= maxKeyLen && !strings.Contains(key, "}")
 		err := checkKey(key)
 		switch {
 		case valid && err != nil:

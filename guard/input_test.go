@@ -91,6 +91,40 @@ func TestAcquireRejectsBadInput(t *testing.T) {
 	}
 }
 
+// A lock key is capped in length: a client that can choose one (an HTTP
+// header, a task payload) must not make Redis keys and messages of any size.
+func TestKeyLengthIsCapped(t *testing.T) {
+	srv, ls := newLockers(t, 1)
+	l := ls[0]
+	longest := strings.Repeat("k", 512)
+	mustRelease(t, mustAcquire(t, t.Context(), l, longest, guard.Wait(0)))
+	for _, key := range []string{strings.Repeat("k", 513), strings.Repeat("x", 1<<20)} {
+		calls := map[string]func() error{
+			"Acquire": func() error { _, err := l.Acquire(t.Context(), key, guard.Wait(0)); return err },
+			"Claim":   func() error { _, err := l.Claim(t.Context(), key, []byte("v"), time.Minute); return err },
+			"Inspect": func() error { _, err := l.Inspect(t.Context(), key); return err },
+		}
+		for name, call := range calls {
+			err := call()
+			if !errors.Is(err, guard.ErrInvalid) || !strings.Contains(err.Error(), "at most 512") {
+				t.Errorf("%s with a key of %d bytes: err = %v, want ErrInvalid naming the limit of 512", name, len(key), err)
+			}
+			if err != nil && len(err.Error()) > 200 {
+				t.Errorf("%s: the error quotes the key (%d bytes)", name, len(err.Error()))
+			}
+		}
+	}
+	keys, err := srv.Client(t).Keys(t.Context(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if strings.Contains(k, strings.Repeat("k", 513)) || strings.Contains(k, "xxxx") {
+			t.Errorf("a refused key reached Redis: %.40s... (%d bytes)", k, len(k))
+		}
+	}
+}
+
 func TestWrongTypeKeyNamesTheKey(t *testing.T) {
 	srv, ls := newLockers(t, 1)
 	client := srv.Client(t)

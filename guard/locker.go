@@ -219,10 +219,18 @@ func (l *Locker) lockConfig(key string, write bool, opts []LockOption) (lockConf
 	return lc, nil
 }
 
+// maxKeyLen is the longest lock key accepted, in bytes. A key names up to
+// five Redis keys and travels in every message about the lock, so one that
+// a client can make arbitrarily long would let it fill Redis and the
+// fleet's pub/sub with a single request.
+const maxKeyLen = 512
+
 func checkKey(key string) error {
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: empty key", ErrInvalid)
+	case len(key) > maxKeyLen:
+		return fmt.Errorf("%w: key of %d bytes; at most %d", ErrInvalid, len(key), maxKeyLen)
 	case strings.Contains(key, "}"):
 		return fmt.Errorf("%w: key %q must not contain '}' (it would break the Cluster hash tag)", ErrInvalid, key)
 	}
