@@ -96,7 +96,7 @@ func (l *Locker) reenter(ctx context.Context, h *hold, write bool, permits int) 
 	s := h.syncLocked(ctx)
 	h.mu.Unlock()
 
-	err := s.await(ctx)
+	err := s.await(ctx, h)
 	switch {
 	case err != nil:
 		err = fmt.Errorf("guard: re-enter %q: %w", h.key, err)
@@ -110,7 +110,7 @@ func (l *Locker) reenter(ctx context.Context, h *hold, write bool, permits int) 
 		return newLease(h, write, true), nil
 	}
 	h.mu.Lock()
-	h.dropLeaseLocked(h.obsCtx, write) // the caller gets no lease: Redis must not count it
+	h.dropLeaseLocked(h.obsCtx, write, h.over.Load()) // the caller gets no lease: Redis must not count it
 	h.mu.Unlock()
 	return nil, err
 }

@@ -94,7 +94,13 @@ func (h *hold) sendCounts(obsCtx context.Context, writes, reads int, op string) 
 	backoff := releaseBackoff
 	for {
 		start := time.Now()
-		res, err := l.store.setCounts(ctx, h.keys, a)
+		// Through await, so that a try ends at the deadline even while
+		// go-redis waits on a read it does not interrupt; a try that is
+		// given up on may still land, and the next update (they set
+		// counts, not add) or the hold's expiry corrects it.
+		res, err := await(ctx, l, func(ctx context.Context) (outcome, error) {
+			return l.store.setCounts(ctx, h.keys, a)
+		}, nil)
 		l.obs.Event(obsCtx, observe.RoundTrip, observe.Info{Op: op, Key: h.key, Name: h.name, Duration: time.Since(start), Err: err})
 		if err == nil {
 			return res, nil
@@ -136,25 +142,35 @@ func (h *hold) settleFinal(res outcome, err error) {
 
 // dropLeaseLocked takes one lease of the given mode off the hold's counts
 // and returns the update that will carry the change, nil when none is
-// needed (a lost hold's counts are not sent until its last lease frees the
-// key, if it is still ours). When the last lease goes, the hold stops being
-// renewed and can no longer be re-entered. h.mu is held; ctx is the
-// caller's, for observers.
-func (h *hold) dropLeaseLocked(ctx context.Context, write bool) (s *countSync, final bool) {
+// needed (a hold that ended is not sent its counts until its last lease
+// frees the key, if it is still ours). When the last lease goes, the hold
+// stops being renewed and can no longer be re-entered. h.mu is held; ctx
+// is the caller's, for observers; ended says whether the caller found the
+// hold ended, read once, since the hold can end at any moment (end does not
+// take h.mu).
+func (h *hold) dropLeaseLocked(ctx context.Context, write, ended bool) (s *countSync, final bool) {
 	h.writes, h.reads = counts(h.writes, h.reads, write, -1)
 	final = h.writes == 0 && h.reads == 0
 	if final {
 		h.final = true
 		h.l.hb.remove(h) // no renewal is sent after the final update
 	}
-	if h.over.Load() && !final {
+	if ended && !final {
 		return nil, false
 	}
 	return h.syncLocked(ctx), final
 }
 
-// await waits for s's answer until ctx is done.
-func (s *countSync) await(ctx context.Context) error {
+// await waits for s's answer until ctx is done. A ctx that nothing can
+// end (a Release detached from a context already done) waits up to the
+// hold's request timeout: the update's own bound, which a request that
+// go-redis does not interrupt could otherwise overrun.
+func (s *countSync) await(ctx context.Context, h *hold) error {
+	if ctx.Done() == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, h.timing.timeout+releaseMaxBackoff)
+		defer cancel()
+	}
 	select {
 	case <-s.done:
 		return nil

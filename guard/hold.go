@@ -78,6 +78,9 @@ func (l *Locker) newHold(a *acquisition, token int64, sent time.Time) (*Lease, e
 	l.holds[h] = struct{}{}
 	l.mu.Unlock()
 	l.hb.add(h)
+	if !l.evictionChecked.Load() && l.evictionChecked.CompareAndSwap(false, true) {
+		l.runner.start(l.warnEviction)
+	}
 	if l.debugEnabled() {
 		l.log.Debug("guard: acquired", "key", h.key, "token", token, "write", a.args.write)
 	}

@@ -380,3 +380,35 @@ func TestEveryCallReturnsWhenItsContextIsDone(t *testing.T) {
 		}
 	}
 }
+
+// A Release under a context that is never done, or already done (a
+// deferred Release after shutdown), waits for the answer no longer than the
+// request timeout, also when go-redis would wait longer on a dead link.
+func TestDetachedReleaseIsBoundedByTheRequestTimeout(t *testing.T) {
+	const ttl = time.Second // request timeout: TTL/10
+	srv := redistest.Start(t)
+	proxy := faultproxy.New(t, srv.Addr())
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 5 * time.Second, MaxRetries: -1})
+	defer client.Close()
+	l, err := guard.New(client, guard.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	canceled, cancel := context.WithCancel(t.Context())
+	cancel()
+	for name, ctx := range map[string]context.Context{"Background": context.Background(), "already canceled": canceled} {
+		t.Run(name, func(t *testing.T) {
+			le := mustAcquire(t, t.Context(), l, "detached-"+name, guard.Wait(0))
+			proxy.Blackhole(true)
+			defer proxy.Blackhole(false)
+			start := time.Now()
+			err := le.Release(ctx)
+			took := time.Since(start)
+			t.Logf("Release returned after %v: %v", took.Round(time.Millisecond), err)
+			if took > returnBound {
+				t.Errorf("Release(%s) returned after %v on a dead link, want within %v (request timeout %v)", name, took, returnBound, ttl/10)
+			}
+		})
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jobguard/jobguard/guard/observe"
@@ -35,6 +36,13 @@ type Locker struct {
 
 	closed    chan struct{}
 	closeOnce sync.Once
+	// life is canceled when Close begins: it ends the Locker's own
+	// background requests (not a job's), such as the eviction check.
+	life    context.Context
+	endLife context.CancelFunc
+	// evictionChecked is set by the first acquisition, which has the
+	// eviction settings checked (eviction.go).
+	evictionChecked atomic.Bool
 
 	mu      sync.Mutex
 	holds   map[*hold]struct{}
@@ -77,6 +85,7 @@ func newLocker(s store, c clock, cfg config) *Locker {
 		closed: make(chan struct{}),
 		holds:  make(map[*hold]struct{}),
 	}
+	l.life, l.endLife = context.WithCancel(context.Background())
 	l.hb = newHeartbeat(l)
 	l.notify = newNotifier(l)
 	return l
@@ -258,6 +267,7 @@ func (l *Locker) keysFor(name string) keys { return keysFor(l.cfg.prefix, name) 
 // ErrClosed.
 func (l *Locker) Close() error {
 	l.closeOnce.Do(func() {
+		l.endLife()
 		l.mu.Lock()
 		close(l.closed)
 		drained := make(chan struct{})

@@ -355,23 +355,21 @@ func (w *waiter) leave() {
 	}
 }
 
-// dropped runs when the server confirms that channel was unsubscribed. If
-// guard did not ask for it, Redis dropped the subscription because the
-// channel's slot left the node (a manual CLUSTER FAILOVER, a resharding)
-// and no release would reach its waiters: they are woken, since one may
-// have been missed, and the slot's connection is replaced by one to the
-// slot's current node.
-func (n *notifier) dropped(channel string) {
+// dropped runs when the server confirms that channel was unsubscribed on
+// f, sh's connection. If guard did not ask for it, Redis dropped the
+// subscription because the channel's slot left the node (a manual
+// CLUSTER FAILOVER, a resharding) and no release would reach its waiters:
+// they are woken, since one may have been missed, and the slot's
+// connection is replaced by one to the slot's current node. A connection
+// sh no longer uses (replaced, or its shard ended) is not heard.
+func (n *notifier) dropped(sh *shard, f feed, channel string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	sh := n.shards[n.l.store.feedSlot(channel)]
-	if sh == nil {
+	if n.shards[sh.slot] != sh || sh.feed != f {
 		return
 	}
 	if sh.unsubscribing[channel] > 0 {
-		if sh.unsubscribing[channel]--; sh.unsubscribing[channel] == 0 {
-			delete(sh.unsubscribing, channel)
-		}
+		n.unsubscribedLocked(sh, channel)
 		return
 	}
 	st := n.chans[channel]
@@ -383,6 +381,21 @@ func (n *notifier) dropped(channel string) {
 	}
 	sh.stale = true
 	signal(sh.kick)
+}
+
+// unsubscribed settles one unsubscription of channel that sh asked for.
+func (n *notifier) unsubscribed(sh *shard, channel string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.unsubscribedLocked(sh, channel)
+}
+
+func (n *notifier) unsubscribedLocked(sh *shard, channel string) {
+	if sh.unsubscribing[channel] > 1 {
+		sh.unsubscribing[channel]--
+		return
+	}
+	delete(sh.unsubscribing, channel)
 }
 
 // close stops the shards, closing their connections, and waits for them.

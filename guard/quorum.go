@@ -556,6 +556,66 @@ func (s *quorumStore) claimFenced(ctx context.Context, fence, key string, token 
 	return 0, noQuorum(fmt.Sprintf("claim fenced: %d of %d masters stored it", stored, len(s.nodes)), s.quorum, len(s.nodes), errs)
 }
 
+// charge spends on every master. It reports spent when a majority spent,
+// refused when a majority refused, and an error otherwise; the window's
+// end is the latest a master of the deciding majority reported. Budgets
+// on a minority may then differ from the majority's: a budget is an
+// allowance, and a master that spent more only refuses sooner.
+func (s *quorumStore) charge(ctx context.Context, key string, amount, limit int64, window time.Duration) (bool, time.Duration, error) {
+	type answer struct {
+		spent bool
+		left  time.Duration
+	}
+	start, deadline := s.clock.Now(), s.deadline(ctx)
+	replies := each(s, ctx, deadline, func(ctx context.Context, _ int, n *redisStore) (answer, error) {
+		spent, left, err := n.charge(ctx, key, amount, limit, window)
+		return answer{spent, left}, err
+	})
+	var spent, refused int
+	var spentLeft, refusedLeft time.Duration
+	var errs []error
+	answered := collect(s, ctx, deadline, replies, func(r nodeReply[answer]) bool {
+		switch {
+		case r.err != nil:
+			errs = append(errs, r.err)
+		case r.v.spent:
+			spent++
+			spentLeft = max(spentLeft, r.v.left)
+		default:
+			refused++
+			refusedLeft = max(refusedLeft, r.v.left)
+		}
+		pending := len(s.nodes) - spent - refused - len(errs)
+		return spent >= s.quorum || refused >= s.quorum || (spent+pending < s.quorum && refused+pending < s.quorum)
+	})
+	switch {
+	case spent >= s.quorum:
+		return true, spentLeft, nil
+	case refused >= s.quorum:
+		return false, refusedLeft, nil
+	}
+	errs = missing(errs, answered, len(s.nodes), deadline.Sub(start))
+	return false, 0, noQuorum(fmt.Sprintf("charge: %d of %d masters spent, %d refused", spent, len(s.nodes), refused), s.quorum, len(s.nodes), errs)
+}
+
+// evictionPolicies asks every master at once.
+func (s *quorumStore) evictionPolicies(ctx context.Context) ([]serverPolicy, error) {
+	deadline := s.deadline(ctx)
+	replies := each(s, ctx, deadline, func(ctx context.Context, _ int, n *redisStore) ([]serverPolicy, error) {
+		return n.evictionPolicies(ctx)
+	})
+	var policies []serverPolicy
+	var errs []error
+	collect(s, ctx, deadline, replies, func(r nodeReply[[]serverPolicy]) bool {
+		policies = append(policies, r.v...)
+		if r.err != nil {
+			errs = append(errs, r.err)
+		}
+		return false
+	})
+	return policies, errors.Join(errs...)
+}
+
 // close waits for the requests still on the wire to every master, which
 // go-redis bounds by each client's read timeout. The clients belong to the
 // caller of NewQuorum.

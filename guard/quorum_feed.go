@@ -19,12 +19,13 @@ func (s *quorumStore) feedSlot(string) int { return noSlot }
 // refresh does nothing: the masters of a quorum are standalone.
 func (s *quorumStore) refresh(context.Context) {}
 
-func (s *quorumStore) openFeed() feed {
+func (s *quorumStore) openFeed(ctx context.Context, channel string) (feed, bool) {
 	f := &quorumFeed{feeds: make([]feed, len(s.nodes)), confirmedBy: make(map[string][]bool)}
 	for i, n := range s.nodes {
-		f.feeds[i] = n.openFeed()
+		// A standalone client's feed connects on its first SUBSCRIBE.
+		f.feeds[i], _ = n.openFeed(ctx, channel)
 	}
-	return f
+	return f, false
 }
 
 // quorumFeed fans the subscription connections of all masters into one.

@@ -36,9 +36,12 @@ const feedRetry = 100 * time.Millisecond
 // message would be lost without an error. The idle check runs beside it
 // instead (watch), and the reader only records when it last read.
 type redisFeed struct {
-	// open returns a new connection, not yet connected: it connects on its
-	// first subscription (to the node of that channel, on Cluster).
-	open    func() *redis.PubSub
+	// open returns a new connection subscribed to channels: on Cluster it
+	// connects to the node of their slot (all of a feed's channels share
+	// one). With no channels it connects on its first subscription, or on
+	// its first read: outside Cluster only, where every channel lives on
+	// the one server.
+	open    func(ctx context.Context, channels ...string) *redis.PubSub
 	sharded bool
 
 	mu       sync.Mutex
@@ -51,8 +54,13 @@ type redisFeed struct {
 	wg        sync.WaitGroup // the watch goroutine and replacements' requests
 }
 
-func newRedisFeed(open func() *redis.PubSub, sharded bool) *redisFeed {
-	f := &redisFeed{open: open, sharded: sharded, ps: open(), channels: make(map[string]struct{}), closed: make(chan struct{})}
+// newRedisFeed returns a feed subscribed to channels (see open), and
+// watching its connection.
+func newRedisFeed(ctx context.Context, open func(ctx context.Context, channels ...string) *redis.PubSub, sharded bool, channels ...string) *redisFeed {
+	f := &redisFeed{open: open, sharded: sharded, ps: open(ctx, channels...), channels: make(map[string]struct{}), closed: make(chan struct{})}
+	for _, ch := range channels {
+		f.channels[ch] = struct{}{}
+	}
 	f.lastRead.Store(time.Now().UnixNano())
 	f.wg.Go(f.watch)
 	return f
@@ -97,12 +105,15 @@ func (f *redisFeed) read(confirmed, dropped func(string), message func(channel, 
 	ctx := context.Background()
 	failed := 0
 	for {
-		m, err := f.current().Receive(ctx)
+		ps := f.current()
+		m, err := ps.Receive(ctx)
 		switch {
 		case f.isClosed():
 			return
-		case errors.Is(err, redis.ErrClosed):
+		case errors.Is(err, redis.ErrClosed) && f.current() != ps:
 			continue // replaced: read the new connection
+		case errors.Is(err, redis.ErrClosed):
+			return // the client was closed under the Locker: nothing comes any more
 		case err != nil:
 			failed++
 			if failed > 1 && !f.pause(feedRetry) {
@@ -160,24 +171,41 @@ func (f *redisFeed) watch() {
 	}
 }
 
-// replace moves the feed to a new connection, subscribed to its channels;
-// the old one is closed, which ends its subscriptions on the server too.
+// replace moves the feed to a new connection, subscribed to its channels
+// before the reader sees it (a Cluster connection without a channel would
+// go to any node); the old one is closed, which ends its subscriptions on
+// the server too. Channels subscribed meanwhile are subscribed again on the
+// new connection.
 func (f *redisFeed) replace() {
+	f.mu.Lock()
+	channels := slices.Collect(maps.Keys(f.channels))
+	f.mu.Unlock()
+	if f.sharded && len(channels) == 0 {
+		return // nothing to hear; the shard is closing it
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), feedIdle)
+	defer cancel()
+	ps := f.open(ctx, channels...) // go-redis subscribes them again on its next read if this failed
+
 	f.mu.Lock()
 	if f.isClosed() {
 		f.mu.Unlock()
+		_ = ps.Close()
 		return
 	}
 	old := f.ps
-	f.ps = f.open()
-	ps, channels := f.ps, slices.Collect(maps.Keys(f.channels))
+	f.ps = ps
+	var since []string
+	for ch := range f.channels {
+		if !slices.Contains(channels, ch) {
+			since = append(since, ch)
+		}
+	}
 	f.mu.Unlock()
 	f.lastRead.Store(time.Now().UnixNano())
 	_ = old.Close()
-	if len(channels) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), feedIdle)
-		defer cancel()
-		_ = subscribe(ctx, ps, f.sharded, channels...) // go-redis subscribes again on the next read if this fails
+	if len(since) > 0 {
+		_ = subscribe(ctx, ps, f.sharded, since...)
 	}
 }
 

@@ -66,9 +66,12 @@ func startFeed(t *testing.T, addr, channel string) (rf *redisFeed, log *feedLog,
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = client.Close() })
 	s := newRedisStore(client, 0, 0)
-	rf = s.openFeed().(*redisFeed)
-	if err := rf.subscribe(t.Context(), channel); err != nil {
-		t.Fatal(err)
+	f, subscribed := s.openFeed(t.Context(), channel)
+	rf = f.(*redisFeed)
+	if !subscribed {
+		if err := rf.subscribe(t.Context(), channel); err != nil {
+			t.Fatal(err)
+		}
 	}
 	log = newFeedLog()
 	exited := make(chan struct{})
@@ -234,6 +237,68 @@ func TestFeedReplacesSilentConnection(t *testing.T) {
 	log.await(t, "message on the new connection", func(g *feedLog) bool {
 		return len(g.messages) == 1 && g.messages[0] == "after"
 	})
+}
+
+// A feed whose client is closed under it (by its owner, before the
+// Locker) stops reading, rather than reading a closed client in a loop.
+func TestFeedStopsWhenItsClientIsClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	s := newRedisStore(client, 0, 0)
+	f, _ := s.openFeed(t.Context(), "feed-client-closed")
+	rf := f.(*redisFeed)
+	if err := rf.subscribe(t.Context(), "feed-client-closed"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rf.read(func(string) {}, func(string) {}, func(_, _ string) {})
+	}()
+	defer func() { _ = rf.close() }()
+	time.Sleep(50 * time.Millisecond)
+	_ = rf.current().Close() // what closing the client does to its PubSubs
+	_ = client.Close()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the reader still reads 2s after its client was closed")
+	}
+}
+
+// A Cluster feed is opened subscribed, so it connects to the node that
+// serves its channel's slot: opened bare, its reader would connect it to
+// any node, where a subscription would get MOVED and hear nothing.
+func TestClusterFeedConnectsToItsSlot(t *testing.T) {
+	c := redistest.StartCluster(t)
+	client := c.Client(t)
+	s := newRedisStore(client, 0, 0)
+	for i := range 12 {
+		channel := "guard:{feed-" + strconv.Itoa(i) + "}:released"
+		f, subscribed := s.openFeed(t.Context(), channel)
+		if !subscribed {
+			t.Fatal("a Cluster feed opened without its channel")
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f.read(func(string) {}, func(string) {}, func(_, _ string) {})
+		}()
+		master := c.MasterOf(t, channel).Client(t)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			n, err := master.PubSubShardNumSub(t.Context(), channel).Result()
+			if err == nil && n[channel] == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %v subscribers on the slot's master after 5s (%v)", channel, n, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		_ = f.close()
+		<-done
+	}
 }
 
 // A feed whose server is gone keeps retrying at feedRetry, not in a tight

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -176,12 +177,20 @@ func (s *redisStore) feedSlot(channel string) int {
 	return hashSlot(channel)
 }
 
-func (s *redisStore) openFeed() feed {
+func (s *redisStore) openFeed(ctx context.Context, channel string) (feed, bool) {
 	if s.cluster != nil {
-		// A Cluster PubSub connects to the node of its first channel.
-		return newRedisFeed(func() *redis.PubSub { return s.cluster.SSubscribe(context.Background()) }, true)
+		// A Cluster PubSub connects to the node of its first channel: it
+		// is opened subscribed, before its reader starts, or a read would
+		// connect it to any node.
+		open := func(ctx context.Context, channels ...string) *redis.PubSub {
+			return s.cluster.SSubscribe(ctx, channels...)
+		}
+		return newRedisFeed(ctx, open, true, channel), true
 	}
-	return newRedisFeed(func() *redis.PubSub { return s.client.Subscribe(context.Background()) }, false)
+	open := func(ctx context.Context, channels ...string) *redis.PubSub {
+		return s.client.Subscribe(ctx, channels...)
+	}
+	return newRedisFeed(ctx, open, false), false
 }
 
 func (s *redisStore) refresh(ctx context.Context) {
@@ -295,4 +304,51 @@ func (s *redisStore) claimFenced(ctx context.Context, fence, key string, token i
 	}
 	counter, err := reply.Int64()
 	return counter, s.classify(err)
+}
+
+func (s *redisStore) charge(ctx context.Context, key string, amount, limit int64, window time.Duration) (bool, time.Duration, error) {
+	call := scriptCall{keys: []string{key}, args: []any{amount, limit, ms(window)}}
+	reply, _, err := s.runOne(ctx, &s.scripts.charge, key, call, false)
+	if err != nil {
+		return false, 0, s.classify(err)
+	}
+	vals, err := reply.Int64Slice()
+	switch {
+	case err != nil:
+		return false, 0, s.classify(err)
+	case len(vals) != 2:
+		return false, 0, fmt.Errorf("guard: unexpected charge reply %v", vals)
+	}
+	return vals[0] == 1, time.Duration(vals[1]) * time.Millisecond, nil
+}
+
+func (s *redisStore) evictionPolicies(ctx context.Context) ([]serverPolicy, error) {
+	read := func(ctx context.Context, c *redis.Client, node string) (serverPolicy, error) {
+		config, err := c.ConfigGet(ctx, "maxmemory*").Result()
+		return configPolicy(node, config), err
+	}
+	if s.cluster == nil {
+		c, ok := s.client.(*redis.Client)
+		if !ok {
+			return nil, nil
+		}
+		p, err := read(ctx, c, c.Options().Addr)
+		if err != nil {
+			return nil, err
+		}
+		return []serverPolicy{p}, nil
+	}
+	var mu sync.Mutex
+	var policies []serverPolicy
+	err := s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		p, err := read(ctx, c, c.Options().Addr)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		policies = append(policies, p)
+		mu.Unlock()
+		return nil
+	})
+	return policies, err
 }

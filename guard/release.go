@@ -27,12 +27,12 @@ func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 	h := le.h
 	h.mu.Lock()
 	ended := h.over.Load()
-	s, final := h.dropLeaseLocked(ctx, le.write)
+	s, final := h.dropLeaseLocked(ctx, le.write, ended)
 	h.mu.Unlock()
 	if ended {
 		return l.releaseEnded(ctx, h, s)
 	}
-	if err := s.await(ctx); err != nil {
+	if err := s.await(ctx, h); err != nil {
 		return fmt.Errorf("guard: release %q: %w; the release goes on without waiting, and the key expires within its TTL if it does not land", h.key, err)
 	}
 	// A retry of a final release whose first try applied finds the owner's
@@ -60,7 +60,7 @@ func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 func (l *Locker) releaseEnded(ctx context.Context, h *hold, s *countSync) error {
 	var state string
 	if s != nil {
-		switch err := s.await(ctx); {
+		switch err := s.await(ctx, h); {
 		case err != nil, s.err != nil:
 		case s.res == applied:
 			state = "; it was still held and is now released"

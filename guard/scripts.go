@@ -26,6 +26,8 @@ var (
 	claimFencedLua string
 	//go:embed scripts/inspect.lua
 	inspectLua string
+	//go:embed scripts/charge.lua
+	chargeLua string
 )
 
 // script is one of guard's Lua scripts. A server with FUNCTION (Redis 7
@@ -48,6 +50,7 @@ type scripts struct {
 	acquire, renew, setCounts script
 	claimFenced               script
 	inspect                   script // inspect.lua: Inspect and ForceRelease
+	charge                    script
 	// library is the FUNCTION LOAD source. Its name carries a hash of the
 	// scripts, so Lockers of two versions of this package can share a
 	// server during a rolling deploy, each calling its own.
@@ -61,7 +64,7 @@ func newScripts(sharded bool) *scripts {
 	bodies := []struct {
 		name string
 		lua  string
-	}{{"acquire", acquireLua}, {"renew", renewLua}, {"set_counts", setCountsLua}, {"claim_fenced", claimFencedLua}, {"inspect", inspectLua}}
+	}{{"acquire", acquireLua}, {"renew", renewLua}, {"set_counts", setCountsLua}, {"claim_fenced", claimFencedLua}, {"inspect", inspectLua}, {"charge", chargeLua}}
 	h := sha1.New()
 	for _, b := range bodies {
 		h.Write([]byte(b.lua))
@@ -84,7 +87,7 @@ func newScripts(sharded bool) *scripts {
 		fmt.Fprintf(&lib, "redis.register_function('%s', function(KEYS, ARGV)\n%s\nend)\n", fn, b.lua)
 		made[i] = script{lua: redis.NewScript(evalPrelude + b.lua), fn: fn}
 	}
-	return &scripts{acquire: made[0], renew: made[1], setCounts: made[2], claimFenced: made[3], inspect: made[4], library: lib.String()}
+	return &scripts{acquire: made[0], renew: made[1], setCounts: made[2], claimFenced: made[3], inspect: made[4], charge: made[5], library: lib.String()}
 }
 
 // runFunction sends calls as FCALL of sc's function, setting each call's

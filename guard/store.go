@@ -38,10 +38,11 @@ type store interface {
 	// channels with the same slot share one. noSlot means the store has one
 	// connection for every channel.
 	feedSlot(channel string) int
-	// openFeed returns a subscription connection, not connected yet: it
-	// connects on its first subscription, to the node that serves that
-	// channel's slot. It makes no request.
-	openFeed() feed
+	// openFeed returns a subscription connection for channel's slot;
+	// subscribed reports that it subscribed channel already (on Cluster,
+	// where a connection goes to the node of its first channel, so it is
+	// opened subscribed). Elsewhere it makes no request.
+	openFeed(ctx context.Context, channel string) (f feed, subscribed bool)
 	// refresh has the client learn where channels and keys live now, before
 	// a subscription connection is replaced: on Cluster, it reloads the
 	// slot map. Nothing elsewhere.
@@ -61,6 +62,12 @@ type store interface {
 	// stored if and only if that is token.
 	claimFenced(ctx context.Context, fence, key string, token int64, value []byte, ttl time.Duration) (int64, error)
 
+	// charge spends amount from the budget under key if that keeps it
+	// within limit (charge.lua); a budget's window lasts window from its
+	// first spend. It returns whether it spent and how long until the
+	// window ends.
+	charge(ctx context.Context, key string, amount, limit int64, window time.Duration) (bool, time.Duration, error)
+
 	// inspect reads one lock's holders, waiting acquisitions and fencing
 	// counter at one instant (inspect.lua); a free key answers an empty
 	// state. It changes nothing.
@@ -75,6 +82,10 @@ type store interface {
 	// starts a walk) to the cursor of the next page; more is false when
 	// the walk is complete. A name may come more than once.
 	scanLocks(ctx context.Context, prefix, match string, c scanCursor) (names []string, next scanCursor, more bool, err error)
+
+	// evictionPolicies returns the eviction settings of every server that
+	// holds locks, those it could read, with an error for the others.
+	evictionPolicies(ctx context.Context) ([]serverPolicy, error)
 
 	// close stops what the store runs; Locker.Close calls it last.
 	close() error

@@ -19,9 +19,10 @@ type shard struct {
 	// Guarded by the notifier's mu.
 	want  map[string]*channelState // channels with waiters, each wanted for its state
 	stale bool                     // the connection must be replaced (its slot moved)
+	feed  feed                     // the connection now, nil while there is none
 	// unsubscribing counts the unsubscriptions of each channel asked for
-	// and not yet confirmed: their confirmations are not drops (see
-	// notifier.dropped).
+	// on feed and not yet confirmed: their confirmations are not drops
+	// (see notifier.dropped).
 	unsubscribing map[string]int
 }
 
@@ -51,6 +52,13 @@ func (n *notifier) serve(sh *shard) {
 	var f feed
 	var node string // where f was opened: the slot's master on Cluster
 	have := make(map[string]*channelState)
+	setFeed := func(to feed) {
+		n.mu.Lock()
+		sh.feed = to
+		clear(sh.unsubscribing) // confirmations of the old one no longer come
+		n.mu.Unlock()
+		f = to
+	}
 	defer func() {
 		if f != nil {
 			_ = f.close()
@@ -64,11 +72,10 @@ func (n *notifier) serve(sh *shard) {
 		case next.exit:
 			return
 		case next.replace:
-			if f != nil {
-				_ = f.close()
-				f = nil
-				clear(have)
-			}
+			old := f
+			setFeed(nil)
+			_ = old.close()
+			clear(have)
 			n.awaitMove(sh, node)
 			continue
 		case len(next.subscribe) == 0 && len(next.drop) == 0:
@@ -78,10 +85,18 @@ func (n *notifier) serve(sh *shard) {
 			}
 			continue
 		}
+		subscribe := next.subscribe
 		if f == nil {
-			f, node = n.open(next.subscribe[0].channel)
+			opened, at, subscribed := n.open(subscribe[0].channel)
+			setFeed(opened)
+			n.read(sh, opened)
+			node = at
+			if subscribed {
+				have[subscribe[0].channel] = subscribe[0]
+				subscribe = subscribe[1:]
+			}
 		}
-		for _, st := range next.subscribe {
+		for _, st := range subscribe {
 			n.request(func(ctx context.Context) error { return f.subscribe(ctx, st.channel) })
 			// go-redis keeps the channel and subscribes it again on its
 			// next connection should this request fail: the waiters
@@ -89,7 +104,9 @@ func (n *notifier) serve(sh *shard) {
 			have[st.channel] = st
 		}
 		for _, channel := range next.drop {
-			n.request(func(ctx context.Context) error { return f.unsubscribe(ctx, channel) })
+			if err := n.request(func(ctx context.Context) error { return f.unsubscribe(ctx, channel) }); err != nil {
+				n.unsubscribed(sh, channel) // no confirmation comes for a request that failed
+			}
 			delete(have, channel)
 		}
 	}
@@ -134,26 +151,34 @@ func (n *notifier) nextLocked(sh *shard, open bool, have map[string]*channelStat
 	return next
 }
 
-// open opens the shard's connection for channel's slot and starts its
-// reader; it returns the node it was opened for (the slot's master on
+// open opens a connection for channel's slot: subscribed to channel if
+// subscribed (on Cluster, where a connection goes to the node of its first
+// channel). It returns the node it was opened for (the slot's master on
 // Cluster, "" elsewhere).
-func (n *notifier) open(channel string) (feed, string) {
+func (n *notifier) open(channel string) (f feed, node string, subscribed bool) {
 	ctx, cancel := context.WithTimeout(n.life, n.l.cfg.requestTimeout)
-	node := n.l.store.renewalGroup(ctx, channel)
-	cancel()
-	f := n.l.store.openFeed()
-	n.wg.Go(func() { f.read(n.confirmed, n.dropped, n.released) })
-	return f, node
+	defer cancel()
+	node = n.l.store.renewalGroup(ctx, channel)
+	f, subscribed = n.l.store.openFeed(ctx, channel)
+	return f, node, subscribed
+}
+
+// read starts the reader of f, sh's connection, until f is closed.
+func (n *notifier) read(sh *shard, f feed) {
+	dropped := func(channel string) { n.dropped(sh, f, channel) }
+	n.wg.Go(func() { f.read(n.confirmed, dropped, n.released) })
 }
 
 // request runs one subscription request, bounded by the request timeout
-// and by Close.
-func (n *notifier) request(do func(ctx context.Context) error) {
+// and by Close, and returns its error.
+func (n *notifier) request(do func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(n.life, n.l.cfg.requestTimeout)
 	defer cancel()
-	if err := do(ctx); err != nil && n.life.Err() == nil {
+	err := do(ctx)
+	if err != nil && n.life.Err() == nil {
 		n.l.log.Warn("guard: subscription request failed; waiting on the key's TTL meanwhile", "err", err)
 	}
+	return err
 }
 
 // awaitMove waits, after a Cluster slot's connection was dropped, until the
