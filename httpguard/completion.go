@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/jobguard/jobguard/guard"
 )
@@ -83,7 +84,13 @@ func (h *handler) answered(q *request, c claim, err error) bool {
 // run: the key is bound to this payload and holds no response to replay.
 // Otherwise it has answered.
 func (h *handler) bind(ctx context.Context, q *request) bool {
-	bound, err := h.l.Claim(ctx, q.lookup, q.fingerprint, h.c.retention)
+	if q.unbound && !h.spend(ctx, q, bindingCost(q)) {
+		return false
+	}
+	// Bound for the short window: a request that never completes (its
+	// instance crashed) leaves the key bound no longer; a completed one
+	// replaces the binding with what it keeps (store).
+	bound, err := h.l.Claim(ctx, q.lookup, q.fingerprint, h.c.errRetention)
 	if err != nil {
 		h.unavailable(q, err)
 		return false
@@ -95,26 +102,104 @@ func (h *handler) bind(ctx context.Context, q *request) bool {
 	return !h.answered(q, c, err)
 }
 
-// store keeps rec as the key's response for the retention window if the
+// store keeps rec as the key's response, for as long as keep says, if the
 // request's hold, with token, is still the newest on the key, and reports
-// whether it did. It writes with the lease's own context: the response is
-// stored also when the client has gone, and not once the lease is known
-// lost. A lease lost unnoticed (a pause) is caught by the token check.
-func (h *handler) store(lease context.Context, q *request, token int64, rec record) bool {
-	rec.Fingerprint = q.fingerprint
-	b, err := json.Marshal(rec)
-	if err != nil {
-		q.log.Error("httpguard: response not stored", "err", err)
-		return false
+// whether it stored the response. A response that is not kept leaves the
+// key bound to its payload for ErrorRetention. It writes with the lease's
+// own context: the response is stored also when the client has gone, and
+// not once the lease is known lost. A lease lost unnoticed (a pause) is
+// caught by the token check.
+func (h *handler) store(lease context.Context, q *request, token int64, rec record, keep keep) bool {
+	value, ttl := q.fingerprint, h.c.errRetention
+	if keep != keepNone {
+		rec.Fingerprint = q.fingerprint
+		b, err := encodeRecord(rec)
+		if err != nil {
+			q.log.Error("httpguard: response not stored", "err", err)
+			return false
+		}
+		if h.afford(lease, q, recordCost(len(b))) {
+			value = b
+			if keep == keepFull {
+				ttl = h.c.retention
+			}
+		} else {
+			keep = keepNone
+		}
 	}
-	err = h.l.ClaimFenced(lease, q.lookup, token, b, h.c.retention)
+	err := h.l.ClaimFenced(lease, q.lookup, token, value, ttl)
 	switch {
 	case errors.Is(err, guard.ErrSuperseded):
 		q.log.Warn("httpguard: response not stored: the request's hold is no longer the key's newest (its lease was lost, or it outlived Retention)", "status", rec.Status, "err", err)
 	case err != nil:
 		q.log.Error("httpguard: response not stored; a retry runs the handler again", "err", err)
-	default:
-		q.log.Debug("httpguard: handled; response stored", "status", rec.Status)
+	case keep != keepNone:
+		q.log.Debug("httpguard: handled; response stored", "status", rec.Status, "for", ttl)
 	}
-	return err == nil
+	return err == nil && keep != keepNone
+}
+
+// Quota accounting. A principal's budget pays for what its requests add to
+// Redis for the Retention window: each new key's binding and fencing
+// counter when the key is first bound (bindingCost), and each stored
+// response's record when it is stored. The costs count key names and
+// Redis's own overhead per key, so that they are at least what MEMORY
+// USAGE reports (TestQuotaCountsWhatRedisStores checks it).
+
+// perKeyOverhead is what Redis spends on a key beyond its name and value:
+// its dictionary entry, object header, expiry entry and allocator rounding
+// (about 60 to 90 bytes for a small string with a TTL on Redis 7).
+const perKeyOverhead = 128
+
+// bindingCost is what binding q's key adds: the claim (the fingerprint)
+// and guard's fencing counter, each under a name of about the lookup key's
+// length plus guard's prefix and suffix.
+func bindingCost(q *request) int64 {
+	name := int64(len(q.lookup) + 32)
+	return 2*(perKeyOverhead+name) + sha256.Size + 20
+}
+
+// recordCost is what a record of n bytes adds in place of a binding: the
+// allocator rounds a large value up to its size class, up to a quarter
+// more (jemalloc: a 1 MiB body takes 1.25 MiB).
+func recordCost(n int) int64 {
+	return int64(n) + int64(n)/4 + perKeyOverhead
+}
+
+// spend charges amount to q's principal before the handler runs, and
+// reports whether the request may go on; otherwise it has answered: 429
+// when the budget is spent, 503 when Redis failed.
+func (h *handler) spend(ctx context.Context, q *request, amount int64) bool {
+	if h.c.quota == 0 {
+		return true
+	}
+	ok, left, err := h.l.Charge(ctx, quotaKey(q.principal), amount, h.c.quota, h.c.retention)
+	switch {
+	case err != nil:
+		h.unavailable(q, err)
+		return false
+	case !ok:
+		q.log.Info("httpguard: quota spent; answered 429", "window_left", left)
+		q.w.Header().Set("Retry-After", strconv.FormatInt(max(int64((left+time.Second-1)/time.Second), 1), 10))
+		h.deny(q.w, q.r, problemQuotaSpent())
+		return false
+	}
+	return true
+}
+
+// afford charges amount to q's principal for a response to store, and
+// reports whether it may be stored. One that is not is still sent; a retry
+// runs the handler again.
+func (h *handler) afford(ctx context.Context, q *request, amount int64) bool {
+	if h.c.quota == 0 {
+		return true
+	}
+	ok, _, err := h.l.Charge(ctx, quotaKey(q.principal), amount, h.c.quota, h.c.retention)
+	switch {
+	case err != nil:
+		q.log.Error("httpguard: response not stored: the quota could not be charged", "err", err)
+	case !ok:
+		q.log.Info("httpguard: response not stored: the principal's quota is spent", "bytes", amount)
+	}
+	return ok && err == nil
 }

@@ -38,7 +38,7 @@ func (e *env) instanceOn(t *testing.T, client *redis.Client, gopts []guard.Optio
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /orders", httpguard.Middleware(l, hopts...)(handler))
+	mux.Handle("POST /orders", httpguard.Middleware(l, append(hopts, httpguard.SharedKeys())...)(handler))
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.Start()
@@ -196,7 +196,7 @@ func TestFencedCompletionAfterUnstoredRuns(t *testing.T) {
 	e := newEnv(t)
 	var runs counter
 	var logged logs
-	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.Logger(logged.logger()))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.Logger(logged.logger()), httpguard.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n := runs.inc(); n <= 3 {
 			http.Error(w, "try again", http.StatusInternalServerError)
 			return
@@ -244,7 +244,7 @@ func TestUnstoredRunsAreNotBounded(t *testing.T) {
 	e := newEnv(t)
 	var runs counter
 	var logged logs
-	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.Logger(logged.logger()))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.Logger(logged.logger()), httpguard.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if runs.inc() <= 101 {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
@@ -275,7 +275,7 @@ func TestResponseKeptForRetentionAfterUnstoredRun(t *testing.T) {
 	e := newEnv(t)
 	const retention = 2 * time.Second
 	var runs counter
-	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.Retention(retention))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.Retention(retention), httpguard.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch runs.inc() {
 		case 1:
 			http.Error(w, "try again", http.StatusInternalServerError)
@@ -442,7 +442,7 @@ func TestRunOutlivingFenceCounterStoresNothing(t *testing.T) {
 	e := newEnv(t)
 	var runs counter
 	var logged logs
-	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.TTL(ttl), httpguard.Retention(10*time.Millisecond), httpguard.Logger(logged.logger()))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.TTL(ttl), httpguard.Retention(10*time.Millisecond), httpguard.Logger(logged.logger()), httpguard.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := runs.inc()
 		if n == 1 {
 			fence := httpguard.LockKey("POST", "POST /orders", "", "k") + ":fence"

@@ -27,6 +27,8 @@
 //     of method, path, query and body.
 //   - 409 with Retry-After if a request with the same key is being
 //     processed, on this instance or any other (see below).
+//   - 429 with Retry-After if the key is new and the principal has spent
+//     its Quota for the retention window.
 //   - Otherwise the handler runs, holding a lease on the key (see guard);
 //     its request context is canceled if the lease is lost or the client
 //     goes away.
@@ -53,18 +55,31 @@
 // A key is scoped by the request method, the route pattern that matched
 // (r.Pattern; the URL path when there is none, see Middleware) and the
 // principal (Principal, for example the tenant), so one endpoint or tenant
-// cannot block or replay another's key. Redis sees only a SHA-256 of these;
-// neither that hash nor the lock key nor an owner token is sent to a client.
+// cannot block or replay another's key. Middleware requires Principal, or
+// SharedKeys to declare that every caller may see every other's responses:
+// without a principal, a caller who sends another's key and payload would
+// be handed the other's stored response. Redis sees only a SHA-256 of
+// these; neither that hash nor the lock key nor an owner token is sent to a
+// client.
 //
 // # What is stored
 //
 // The payload's fingerprint is bound to the key when the handler first
-// runs, for the retention window. After the handler returns, its status,
-// allow-listed headers and body replace the binding, for the retention
-// window, unless:
+// runs, for ErrorRetention (default 1m). After the handler returns, its
+// status, allow-listed headers and body replace the binding: a success
+// (below 400) for the retention window (Retention, default 24h), a client
+// error (4xx) for ErrorRetention only. The body is stored as sent, with the
+// headers and 42 bytes beside it. A response is not stored, and the key
+// stays bound to its payload for ErrorRetention, when:
 //   - the status is 5xx, 408, 425 or 429: those invite a retry, and a retry
 //     runs the handler again (with the same payload; another payload is
 //     still refused with 422);
+//   - the request's context ended before the handler returned (its client
+//     went away): what the handler wrote
+//     may be cut short, as a streamed response stopped with its client is,
+//     so a retry runs the handler again;
+//   - the headers to replay come to more than 16 KiB;
+//   - Quota is set and the principal's budget cannot pay for it;
 //   - the body is larger than MaxStoredBody (default 1 MiB): the response
 //     is sent but not stored, so a retry runs the handler again;
 //   - the lease was lost while the handler ran: another request may have
@@ -90,9 +105,12 @@
 // them conditional on its own records (for example, a unique constraint on
 // the key).
 //
-// Redis holds, per key, one value (the fingerprint, then the response) and
-// guard's fencing counter, each expiring after the retention window, and the
-// lease while the handler runs.
+// Redis holds, per key, one value (the fingerprint, then the response), for
+// as long as said above, and guard's fencing counter (about 140 bytes),
+// expiring after the retention window; the lease while the handler runs.
+// Quota caps what one principal adds per retention window, and
+// docs/security.md gives the worst case per request and the Redis
+// settings this needs (maxmemory-policy noeviction).
 //
 // # No permits
 //

@@ -36,12 +36,18 @@ func Example() {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, "order %d: %s", orders, body)
 	})
+	// Keys belong to the account that sent them: accountOf reads what the
+	// authentication in front of the middleware found (a header stands in
+	// for it here), so no account is ever replayed another's response.
+	accountOf := func(r *http.Request) string { return r.Header.Get("X-Account") }
+	idem := httpguard.Middleware(locker, httpguard.Principal(accountOf))
 	mux := http.NewServeMux()
 	// Wrap each route, so that keys are scoped by its pattern.
-	mux.Handle("POST /orders", httpguard.Middleware(locker)(createOrder))
+	mux.Handle("POST /orders", idem(createOrder))
 
 	send := func(key, body string) {
 		r := httptest.NewRequest("POST", "/orders", strings.NewReader(body))
+		r.Header.Set("X-Account", "acme")
 		r.Header.Set("Idempotency-Key", key)
 		w := httptest.NewRecorder()
 		mux.ServeHTTP(w, r)

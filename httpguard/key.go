@@ -117,6 +117,13 @@ func lookupKey(method, route, principal, key string) string {
 	return "httpguard:" + hex.EncodeToString(h.Sum(nil))
 }
 
+// quotaKey returns the guard key of a principal's storage budget (Quota).
+func quotaKey(principal string) string {
+	h := sha256.New()
+	writeFields(h, "httpguard/quota/v1", principal)
+	return "httpguard:quota:" + hex.EncodeToString(h.Sum(nil))
+}
+
 // fingerprint returns the SHA-256 of a request's payload: method, path,
 // query and body.
 func fingerprint(r *http.Request, body []byte) []byte {

@@ -77,6 +77,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := &request{
 		w: w, r: r, body: body,
 		key:         key,
+		principal:   principal,
 		fingerprint: fingerprint(r, body),
 		lookup:      lookupKey(r.Method, route(r), principal, key),
 	}
@@ -90,9 +91,13 @@ type request struct {
 	r           *http.Request
 	body        []byte
 	key         string // the client's key
+	principal   string
 	fingerprint []byte
 	lookup      string // lock and claim key; never sent to the client
 	log         *slog.Logger
+	// unbound is set when the key held nothing when the request arrived:
+	// binding it stores something new, which Quota counts.
+	unbound bool
 }
 
 // serve answers a guarded request with a valid key: from storage, with a
@@ -103,9 +108,11 @@ func (h *handler) serve(q *request) {
 	// so that retries of a finished request never conflict; and while the
 	// first request runs, a different payload is refused as reused rather
 	// than as in flight.
-	if c, err := h.readClaim(ctx, q); h.answered(q, c, err) {
+	c, err := h.readClaim(ctx, q)
+	if h.answered(q, c, err) {
 		return
 	}
+	q.unbound = c.fingerprint == nil
 
 	// The acquisition honours the client's context, but the lease context
 	// must not end with it: disarm the link once the lock is held, so that
@@ -114,7 +121,7 @@ func (h *handler) serve(q *request) {
 	defer cancelBase(nil)
 	unlink := context.AfterFunc(ctx, func() { cancelBase(context.Cause(ctx)) })
 	ran, stored := false, false
-	err := h.l.WithLock(base, q.lookup, func(lease context.Context) error {
+	err = h.l.WithLock(base, q.lookup, func(lease context.Context) error {
 		if !unlink() { // the client left while we acquired
 			return context.Cause(ctx)
 		}
@@ -209,27 +216,30 @@ func (q *request) withBody(ctx context.Context) *http.Request {
 }
 
 // serveAndStore runs the handler with ctx and the body read before, and
-// stores its response for replay if the hold with token is still the
-// key's newest. It reports whether it stored it.
+// stores its response for replay, for as long as it is kept (see
+// keepFor), if the hold with token is still the key's newest. It reports
+// whether it stored it.
 func (h *handler) serveAndStore(ctx, lease context.Context, q *request, token int64) bool {
 	rw := &recorder{ResponseWriter: q.w, allow: h.c.replayHeaders, limit: h.c.maxStoredBody}
 	h.next.ServeHTTP(rw, q.withBody(ctx)) // a panic propagates: nothing is stored
+	// Whether the client's request ended while the handler ran, asked
+	// before anything else can take time.
+	clientGone := q.r.Context().Err() != nil
 
-	wroteNothing := rw.status == 0
-	rec, ok := rw.finish()
+	rec, keep := rw.finish()
 	switch {
 	case lease.Err() != nil:
 		return false // the lease was lost: serve reports it
-	case wroteNothing && q.r.Context().Err() != nil:
-		// The client left and the handler gave up without answering: the
-		// empty 200 net/http would send is not a result to replay.
-		q.log.Debug("httpguard: client gone before a response; not stored")
-		return false
-	case !ok:
+	case clientGone:
+		// What the handler wrote may be cut short: a handler that stops
+		// when its request's context ends (a streamed export) has written
+		// part of its answer. A retry runs it again.
+		q.log.Debug("httpguard: the request ended before the handler returned; response not stored", "status", rec.Status)
+		keep = keepNone
+	case keep == keepNone:
 		q.log.Debug("httpguard: handled; response not stored", "status", rec.Status, "body_over_limit", rw.overflow)
-		return false
 	}
-	return h.store(lease, q, token, rec)
+	return h.store(lease, q, token, rec, keep)
 }
 
 // readBody reads the body to fingerprint it, up to MaxBody bytes.

@@ -23,7 +23,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 	e := newEnv(t)
 	var runs counter
 	release := make(chan struct{})
-	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.inc()
 		select {
 		case <-release:
@@ -78,7 +78,7 @@ func TestDifferentKeysRunInParallel(t *testing.T) {
 	var inside, most atomic.Int32
 	all := make(chan struct{})
 	var once sync.Once
-	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := inside.Add(1)
 		defer inside.Add(-1)
 		for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
@@ -178,8 +178,8 @@ func TestKeyScope(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	e := newEnv(t)
 	var runs counter
-	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.MaxBody(16))(echo(&runs)))
-	e.mux.Handle("POST /strict", httpguard.Middleware(e.locker, httpguard.Required())(echo(&runs)))
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.MaxBody(16), httpguard.SharedKeys())(echo(&runs)))
+	e.mux.Handle("POST /strict", httpguard.Middleware(e.locker, httpguard.Required(), httpguard.SharedKeys())(echo(&runs)))
 	e.send(t, post("/orders", "used", "first"))
 	e.send(t, post("/orders?x=1", "used-q", "first"))
 	base := runs.get()
@@ -243,7 +243,7 @@ func TestRefusals(t *testing.T) {
 func TestReusedWhileInFlight(t *testing.T) {
 	e := newEnv(t)
 	started, release := make(chan struct{}), make(chan struct{})
-	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(started)
 		<-release
 	})))
@@ -279,10 +279,10 @@ func TestReplay(t *testing.T) {
 		_, _ = fmt.Fprintf(w, `{"id":7,"echo":%q}`, body)
 		h.Set("Location", "/changed-after-write") // not part of the response
 	})
-	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker)(handler))
-	e.mux.Handle("POST /custom", httpguard.Middleware(e.locker, httpguard.ReplayHeaders("x-custom"))(handler))
-	e.mux.Handle("POST /once", httpguard.Middleware(e.locker, httpguard.NoReplay())(handler))
-	e.mux.Handle("PATCH /orders/{id}", httpguard.Middleware(e.locker)(handler))
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.SharedKeys())(handler))
+	e.mux.Handle("POST /custom", httpguard.Middleware(e.locker, httpguard.ReplayHeaders("x-custom"), httpguard.SharedKeys())(handler))
+	e.mux.Handle("POST /once", httpguard.Middleware(e.locker, httpguard.NoReplay(), httpguard.SharedKeys())(handler))
+	e.mux.Handle("PATCH /orders/{id}", httpguard.Middleware(e.locker, httpguard.SharedKeys())(handler))
 
 	replayed := func(t *testing.T, first, again result) {
 		t.Helper()
@@ -389,7 +389,7 @@ func TestNotStored(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var runs counter
 			path := "/t/" + strings.ReplaceAll(tc.name, " ", "-")
-			e.mux.Handle("POST "+path, httpguard.Middleware(e.locker, httpguard.MaxStoredBody(32))(
+			e.mux.Handle("POST "+path, httpguard.Middleware(e.locker, httpguard.MaxStoredBody(32), httpguard.SharedKeys())(
 				http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.inc(); tc.handler(w, r) })))
 			// After a panic the connection breaks and net/http's client
 			// sends the request again by itself (it has an Idempotency-Key),
@@ -426,7 +426,7 @@ func TestLeaseLost(t *testing.T) {
 	var logged logs
 	started := make(chan struct{}, 1)
 	causes := make(chan error, 1)
-	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.TTL(900*time.Millisecond), httpguard.Logger(logged.logger()))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.TTL(900*time.Millisecond), httpguard.Logger(logged.logger()), httpguard.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if runs.inc() == 1 {
 			started <- struct{}{}
 			select {
@@ -479,9 +479,9 @@ func TestLeaseLost(t *testing.T) {
 func TestPassThrough(t *testing.T) {
 	e := newEnv(t)
 	var runs counter
-	idem := httpguard.Middleware(e.locker)
+	idem := httpguard.Middleware(e.locker, httpguard.SharedKeys())
 	e.mux.Handle("/orders", idem(echo(&runs)))
-	e.mux.Handle("/puts", httpguard.Middleware(e.locker, httpguard.Methods("PUT"))(echo(&runs)))
+	e.mux.Handle("/puts", httpguard.Middleware(e.locker, httpguard.Methods("PUT"), httpguard.SharedKeys())(echo(&runs)))
 
 	for _, q := range []req{
 		{method: "GET", path: "/orders", header: []string{"Idempotency-Key", "k"}},
@@ -518,7 +518,7 @@ func TestPassThrough(t *testing.T) {
 func TestMethodsUpperCased(t *testing.T) {
 	e := newEnv(t)
 	var runs counter
-	e.mux.Handle("/r", httpguard.Middleware(e.locker, httpguard.Methods("put", "Delete"))(echo(&runs)))
+	e.mux.Handle("/r", httpguard.Middleware(e.locker, httpguard.Methods("put", "Delete"), httpguard.SharedKeys())(echo(&runs)))
 	for _, method := range []string{"PUT", "DELETE"} {
 		q := req{method: method, path: "/r", body: "x", header: []string{"Idempotency-Key", "k-" + method}}
 		first, again := e.send(t, q), e.send(t, q)
@@ -543,7 +543,7 @@ func TestNothingSecretInResponses(t *testing.T) {
 	e := newEnv(t)
 	var runs counter
 	started, release := make(chan struct{}), make(chan struct{})
-	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.MaxBody(64))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.MaxBody(64), httpguard.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if runs.inc() == 1 {
 			close(started)
 			<-release
@@ -619,7 +619,7 @@ func TestDenyHandler(t *testing.T) {
 		w.WriteHeader(p.Status)
 		_, _ = io.WriteString(w, "custom: "+p.Title)
 	}
-	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.DenyHandler(deny))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.DenyHandler(deny), httpguard.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(started)
 		<-release
 	})))
@@ -648,7 +648,7 @@ func TestRedisDown(t *testing.T) {
 	e := newEnv(t)
 	var runs counter
 	var logged logs
-	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.Logger(logged.logger()))(echo(&runs)))
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.Logger(logged.logger()), httpguard.SharedKeys())(echo(&runs)))
 	e.redis.Kill(t)
 	res := e.send(t, post("/orders", "k", "x"))
 	wantProblem(t, res, http.StatusServiceUnavailable, httpguard.TypeUnavailable)
@@ -669,7 +669,7 @@ func TestRedisDown(t *testing.T) {
 func TestRedisKeysExpire(t *testing.T) {
 	e := newEnv(t)
 	var runs counter
-	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.Retention(time.Hour))(echo(&runs)))
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.Retention(time.Hour), httpguard.SharedKeys())(echo(&runs)))
 	e.send(t, post("/orders", "a", "x"))
 	e.send(t, post("/orders", "a", "x")) // a replay adds nothing
 	e.send(t, post("/orders", "b", "x"))

@@ -29,16 +29,20 @@ type config struct {
 	ttl           time.Duration // 0: the Locker's TTL
 	maxRetryAfter time.Duration
 	log           *slog.Logger
+	shared        bool          // SharedKeys: no principal, by choice
+	errRetention  time.Duration // how long a key whose response is not kept for Retention stays bound
+	quota         int64         // bytes one principal may store per Retention window; 0: no quota
 
-	principalSet, ttlSet bool
+	principalSet, ttlSet, errRetentionSet bool
 }
 
 // Defaults.
 const (
-	defaultRetention     = 24 * time.Hour
-	defaultMaxBody       = 1 << 20
-	defaultMaxStoredBody = 1 << 20
-	defaultMaxRetryAfter = 5 * time.Second
+	defaultRetention      = 24 * time.Hour
+	defaultErrorRetention = time.Minute
+	defaultMaxBody        = 1 << 20
+	defaultMaxStoredBody  = 1 << 20
+	defaultMaxRetryAfter  = 5 * time.Second
 )
 
 // defaultReplayHeaders are the response headers a replay carries unless
@@ -66,14 +70,55 @@ func Methods(methods ...string) Option {
 
 // Principal scopes keys to the principal f returns for a request, such as
 // the authenticated tenant or user, so that two principals sending the same
-// key neither block nor replay each other. An empty string is a principal
-// of its own (the anonymous one). f runs before the handler, on every
-// guarded request with a key, so wrap the handler inside the authentication
-// middleware that f relies on. Default: no principal; keys are scoped only
-// by method and route. Must not be nil.
+// key neither block nor replay each other: a stored response is replayed
+// only to the principal whose request produced it. An empty string is a
+// principal of its own (the anonymous one), shared by every request f
+// finds no principal for. f runs before the handler, on every guarded
+// request with a key, so wrap the handler inside the authentication
+// middleware that f relies on. Must not be nil.
+//
+// Middleware requires Principal or SharedKeys: whose keys are whose is
+// decided when the endpoint is wired, never by default. Without it, a
+// second caller who sends another caller's key and payload (keys are often
+// predictable, and clients reuse defaults) would be handed the first
+// caller's stored response.
 func Principal(f func(*http.Request) string) Option {
 	return func(c *config) { c.principal, c.principalSet = f, true }
 }
+
+// SharedKeys declares that every caller of the endpoint shares one key
+// space: keys are scoped by method and route only, and any caller who
+// sends a key and payload gets the response stored for them, whoever's
+// request produced it. Use it only where every caller may see every other
+// caller's responses (a service with a single client, an internal job
+// runner); anywhere else, use Principal. Not with Principal.
+func SharedKeys() Option { return func(c *config) { c.shared = true } }
+
+// ErrorRetention sets how long a key stays bound when its request's
+// response is not kept for Retention: a 4xx response is stored and replayed
+// for this long only, and a key whose response is not stored at all (a
+// 5xx, 408, 425 or 429, a truncated response, one over MaxStoredBody or
+// with more than 16 KiB of headers to replay) stays bound to its payload for this long, so a retry
+// with the same payload runs the handler again and another payload gets
+// 422. So a client that makes requests fail (a stream of 400s, say) keeps
+// nothing in Redis beyond this window but the key's fencing counter. Default:
+// 1m, or Retention if that is shorter. Must be at least 1ms and at most
+// Retention.
+func ErrorRetention(d time.Duration) Option {
+	return func(c *config) { c.errRetention, c.errRetentionSet = d, true }
+}
+
+// Quota caps the bytes one principal (see Principal; all callers together
+// under SharedKeys) may store in Redis per Retention window: each key's
+// binding and stored response counts what it adds to Redis, key names and
+// fencing counter included (see the package documentation, What is
+// stored). A request with a new key from a principal whose budget is spent
+// is refused with 429 Too Many Requests, and a Retry-After until its window
+// ends, before the handler runs; a response that would overspend it is
+// sent but not stored (a retry runs the handler again). The budget is kept
+// in Redis, so it holds across every instance that shares the Locker.
+// Default: 0, no quota. Must not be negative.
+func Quota(bytes int64) Option { return func(c *config) { c.quota = bytes } }
 
 // DenyHandler sets the function that writes every response the middleware
 // makes itself instead of running the handler: 400, 409, 413, 422 and 503
@@ -112,7 +157,10 @@ func MaxStoredBody(n int64) Option { return func(c *config) { c.maxStoredBody = 
 // Content-Language, Content-Location, Content-Type, ETag, Last-Modified,
 // Location. Names must be valid header field names; Connection,
 // Content-Length, Keep-Alive, Trailer, Transfer-Encoding, Upgrade and
-// Idempotent-Replayed are refused, since the server computes them.
+// Idempotent-Replayed are refused, since the server computes them, and so
+// are Set-Cookie, Set-Cookie2, Authentication-Info and
+// Proxy-Authentication-Info: they carry one client's credentials or
+// session, which a replay must never hand to whoever sends the key next.
 func ReplayHeaders(names ...string) Option {
 	return func(c *config) {
 		c.replayHeaders = append([]string{}, names...)
@@ -152,11 +200,17 @@ func MaxRetryAfter(d time.Duration) Option { return func(c *config) { c.maxRetry
 func Logger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 
 // refusedReplayHeaders are framing and connection headers that a replay
-// must not copy: the server computes them for the replayed body.
-var refusedReplayHeaders = map[string]bool{
-	"Connection": true, "Content-Length": true, "Keep-Alive": true, "Trailer": true,
-	"Transfer-Encoding": true, "Upgrade": true, headerReplayed: true,
-}
+// must not copy (the server computes them for the replayed body), and
+// secretHeaders those that carry one client's credentials or session.
+var (
+	refusedReplayHeaders = map[string]bool{
+		"Connection": true, "Content-Length": true, "Keep-Alive": true, "Trailer": true,
+		"Transfer-Encoding": true, "Upgrade": true, headerReplayed: true,
+	}
+	secretHeaders = map[string]bool{
+		"Set-Cookie": true, "Set-Cookie2": true, "Authentication-Info": true, "Proxy-Authentication-Info": true,
+	}
+)
 
 // newConfig applies opts over the defaults and validates the result. The
 // checks run in a fixed order and the first error is returned.
@@ -171,12 +225,16 @@ func newConfig(l *guard.Locker, opts []Option) (config, error) {
 		replay:        true,
 		maxRetryAfter: defaultMaxRetryAfter,
 		log:           slog.New(slog.DiscardHandler),
+		errRetention:  defaultErrorRetention,
 	}
 	if l == nil {
 		return c, invalid("nil Locker")
 	}
 	if err := c.apply(opts); err != nil {
 		return c, err
+	}
+	if !c.errRetentionSet {
+		c.errRetention = min(c.errRetention, c.retention)
 	}
 	if err := c.checkMissing(); err != nil {
 		return c, err
@@ -213,6 +271,11 @@ func (c *config) checkMissing() error {
 		return invalid("Methods needs at least one method")
 	case c.principalSet && c.principal == nil:
 		return invalid("nil Principal function")
+	case c.principalSet && c.shared:
+		return invalid("Principal and SharedKeys: keys are either scoped to a principal or shared by every caller")
+	case !c.principalSet && !c.shared:
+		return invalid("no Principal: pass Principal(f), f naming who sent a request (the tenant or user its credentials authenticate), " +
+			"so that one caller's stored response is never replayed to another; or SharedKeys() if every caller may see every other's responses")
 	case c.deny == nil:
 		return invalid("nil DenyHandler function")
 	case c.log == nil:
@@ -234,6 +297,10 @@ func (c *config) checkLimits() error {
 		return invalid("TTL %v must be positive", c.ttl)
 	case c.maxRetryAfter < time.Second:
 		return invalid("MaxRetryAfter %v must be at least 1s", c.maxRetryAfter)
+	case c.errRetention < time.Millisecond || c.errRetention > c.retention:
+		return invalid("ErrorRetention %v must be at least 1ms and at most Retention %v", c.errRetention, c.retention)
+	case c.quota < 0:
+		return invalid("Quota %d must not be negative", c.quota)
 	}
 	return nil
 }
@@ -262,6 +329,9 @@ func (c *config) setReplayHeaders() error {
 		}
 		if refusedReplayHeaders[h] {
 			return invalid("replay header %q is computed by the server and cannot be replayed", h)
+		}
+		if secretHeaders[h] {
+			return invalid("replay header %q carries one client's credentials or session: a replay would hand it to whoever sends the key next", h)
 		}
 	}
 	c.replayHeaders = names

@@ -61,7 +61,7 @@ func TestInvalidOptionsPanic(t *testing.T) {
 	}
 
 	t.Run("nil handler", func(t *testing.T) {
-		mw := httpguard.Middleware(l)
+		mw := httpguard.Middleware(l, httpguard.SharedKeys())
 		if err := panicked(func() { mw(nil) }); !errors.Is(err, guard.ErrInvalid) {
 			t.Fatalf("panic %v, want an error matching guard.ErrInvalid", err)
 		}

@@ -16,7 +16,7 @@ type Problem struct {
 	Type string `json:"type"`
 	// Title is a short, fixed summary of Type.
 	Title string `json:"title"`
-	// Status is the HTTP status code: 400, 409, 413, 422 or 503.
+	// Status is the HTTP status code: 400, 409, 413, 422, 429 or 503.
 	Status int `json:"status"`
 	// Detail explains this occurrence to the client.
 	Detail string `json:"detail,omitempty"`
@@ -43,6 +43,10 @@ const (
 	// TypeKeyReused (422): the key was used before with a different
 	// payload (method, path, query or body).
 	TypeKeyReused = "https://pkg.go.dev/github.com/jobguard/jobguard/httpguard#TypeKeyReused"
+	// TypeQuotaSpent (429): the principal has stored as much as Quota
+	// allows in this Retention window, so a request with a new key is not
+	// processed. The response carries Retry-After: when the window ends.
+	TypeQuotaSpent = "https://pkg.go.dev/github.com/jobguard/jobguard/httpguard#TypeQuotaSpent"
 	// TypeUnavailable (503): Redis could not be asked whether the key is in
 	// use, so the request was not processed. The response carries
 	// Retry-After.
@@ -96,6 +100,11 @@ func problemBodyTooLarge(limit int64) Problem {
 func problemKeyReused() Problem {
 	return Problem{TypeKeyReused, "Idempotency-Key reused", http.StatusUnprocessableEntity,
 		"The Idempotency-Key was already used with a different request payload."}
+}
+
+func problemQuotaSpent() Problem {
+	return Problem{TypeQuotaSpent, "Idempotency quota spent", http.StatusTooManyRequests,
+		"Too many requests with new Idempotency-Keys were stored for this client; retry later."}
 }
 
 func problemUnavailable() Problem {

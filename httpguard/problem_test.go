@@ -41,7 +41,7 @@ func TestProblemTypesAreLiterals(t *testing.T) {
 			}
 		}
 	}
-	if found != 7 {
-		t.Errorf("%d Type constants, want 7", found)
+	if found != 8 {
+		t.Errorf("%d Type constants, want 8", found)
 	}
 }

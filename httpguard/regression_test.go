@@ -18,7 +18,7 @@ func TestClientGoneStoresNothing(t *testing.T) {
 	e := newEnv(t)
 	var runs counter
 	started := make(chan struct{}, 2)
-	e.mux.Handle("POST /pay", httpguard.Middleware(e.locker)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.mux.Handle("POST /pay", httpguard.Middleware(e.locker, httpguard.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := runs.inc()
 		if n == 1 {
 			started <- struct{}{}

@@ -2,6 +2,8 @@ package httpguard
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -21,9 +23,75 @@ type record struct {
 	Body        []byte      `json:"body,omitempty"`
 }
 
+// recordVersion is the JSON form an earlier version stored (the body in
+// base64, a third larger than itself); this one writes recordMagic's
+// binary form and still reads the JSON one, for records stored before an
+// upgrade.
 const recordVersion = 1
 
+// recordMagic starts a record in the binary form:
+//
+//	"jgr2" | fingerprint (32 bytes) | status (uint16) | header length (uint32) | header (JSON) | body
+//
+// The body is stored as it was sent, so a response costs Redis its own
+// size plus its replayed headers and 42 bytes. At least 42 bytes long, a
+// record is never taken for a binding (a bare fingerprint of 32 bytes, or
+// 40 from an earlier version).
+const recordMagic = "jgr2"
+
+// recordOverhead is the size of a binary record beyond its header and body.
+const recordOverhead = len(recordMagic) + sha256.Size + 2 + 4
+
+// maxStoredHeader bounds the replayed headers a record keeps, as JSON; a
+// response with more is sent but not stored.
+const maxStoredHeader = 16 << 10
+
+func encodeRecord(rec record) ([]byte, error) {
+	var header []byte
+	if len(rec.Header) > 0 {
+		var err error
+		if header, err = json.Marshal(rec.Header); err != nil {
+			return nil, err
+		}
+	}
+	if len(rec.Fingerprint) != sha256.Size || rec.Status < 200 || rec.Status > 999 {
+		return nil, fmt.Errorf("httpguard: record with a %d-byte fingerprint and status %d", len(rec.Fingerprint), rec.Status)
+	}
+	b := make([]byte, 0, recordOverhead+len(header)+len(rec.Body))
+	b = append(b, recordMagic...)
+	b = append(b, rec.Fingerprint...)
+	b = binary.BigEndian.AppendUint16(b, uint16(rec.Status))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(header)))
+	b = append(b, header...)
+	return append(b, rec.Body...), nil
+}
+
 func decodeRecord(b []byte) (record, error) {
+	if !bytes.HasPrefix(b, []byte(recordMagic)) {
+		return decodeJSONRecord(b)
+	}
+	if len(b) < recordOverhead {
+		return record{}, fmt.Errorf("httpguard: stored response of %d bytes is cut short", len(b))
+	}
+	rest := b[len(recordMagic):]
+	rec := record{Version: 2, Fingerprint: rest[:sha256.Size]}
+	rest = rest[sha256.Size:]
+	rec.Status = int(binary.BigEndian.Uint16(rest))
+	n := binary.BigEndian.Uint32(rest[2:])
+	rest = rest[6:]
+	if uint64(n) > uint64(len(rest)) || rec.Status < 200 || rec.Status > 999 {
+		return record{}, fmt.Errorf("httpguard: stored response: status %d, %d header bytes of %d", rec.Status, n, len(rest))
+	}
+	if n > 0 {
+		if err := json.Unmarshal(rest[:n], &rec.Header); err != nil {
+			return record{}, fmt.Errorf("httpguard: stored response header: %w", err)
+		}
+	}
+	rec.Body = rest[n:]
+	return rec, nil
+}
+
+func decodeJSONRecord(b []byte) (record, error) {
 	var rec record
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return rec, fmt.Errorf("httpguard: stored response: %w", err)
@@ -120,28 +188,59 @@ func (rw *recorder) snapshot() {
 	}
 }
 
-// finish completes the copy after the handler returned and reports whether
-// the response may be stored: the body fit, and the status is final and
-// not one that invites a retry.
-func (rw *recorder) finish() (record, bool) {
+// finish completes the copy after the handler returned and says how long
+// the response may be kept: keepFull (Retention) for a final status below
+// 400, keepBrief (ErrorRetention) for a 4xx that does not invite a retry,
+// keepNone when its body passed the limit, its replayed headers passed
+// maxStoredHeader, or its status invites a retry.
+func (rw *recorder) finish() (record, keep) {
 	if rw.status == 0 { // the handler wrote nothing: net/http sends 200
 		rw.status = http.StatusOK
 		rw.snapshot()
 	}
-	rec := record{Version: recordVersion, Status: rw.status, Header: rw.header, Body: rw.body.Bytes()}
-	return rec, !rw.overflow && storable(rw.status)
+	rec := record{Version: 2, Status: rw.status, Header: rw.header, Body: rw.body.Bytes()}
+	switch {
+	case rw.overflow, headerSize(rw.header) > maxStoredHeader:
+		return rec, keepNone
+	}
+	return rec, keepFor(rw.status)
 }
 
-// storable reports whether a response with status is kept for replay. A
-// server error (5xx), 408 Request Timeout, 425 Too Early and 429 Too Many
-// Requests tell the client to try again later, so a retry must run the
-// handler again rather than replay them; 101 hands the connection over.
-func storable(status int) bool {
+// keep is how long a response is kept for replay.
+type keep int8
+
+const (
+	keepNone  keep = iota // not stored: a retry runs the handler again
+	keepBrief             // for ErrorRetention
+	keepFull              // for Retention
+)
+
+// keepFor says how long a response with status is kept. A server error
+// (5xx), 408 Request Timeout, 425 Too Early and 429 Too Many Requests tell
+// the client to try again later, so a retry must run the handler again
+// rather than replay them; 101 hands the connection over. Other client
+// errors are replayed for a short while only: a retry soon after gets the
+// same answer, and a stream of refused requests keeps nothing for long.
+func keepFor(status int) keep {
 	switch {
 	case status < 200, status >= 500:
-		return false
+		return keepNone
 	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status == http.StatusTooManyRequests:
-		return false
+		return keepNone
+	case status >= 400:
+		return keepBrief
 	}
-	return true
+	return keepFull
+}
+
+// headerSize is roughly the size of h as stored: names and values.
+func headerSize(h http.Header) int {
+	n := 0
+	for k, vs := range h {
+		n += len(k) + 4
+		for _, v := range vs {
+			n += len(v) + 3
+		}
+	}
+	return n
 }

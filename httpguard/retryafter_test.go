@@ -31,7 +31,7 @@ func retryAfter(t *testing.T, res result) int {
 func TestRetryAfterCrashedHolder(t *testing.T) {
 	e := newEnv(t)
 	var runs counter
-	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker)(echo(&runs)))
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.SharedKeys())(echo(&runs)))
 
 	holderClient := e.redis.Client(t)
 	holder, err := guard.New(holderClient)
@@ -99,7 +99,7 @@ func TestRetryAfterLiveHolder(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			started, release := make(chan struct{}), make(chan struct{})
-			e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, tc.opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, append(tc.opts, httpguard.SharedKeys())...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				close(started)
 				<-release
 				w.WriteHeader(http.StatusCreated)
@@ -130,7 +130,7 @@ func TestAcquireErrorIsUnavailable(t *testing.T) {
 	e := newEnv(t)
 	var runs counter
 	var logged logs
-	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.Logger(logged.logger()))(echo(&runs)))
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.Logger(logged.logger()), httpguard.SharedKeys())(echo(&runs)))
 	if err := e.admin.Set(t.Context(), httpguard.LockKey("POST", "POST /orders", "", "k"), "not a lock", 0).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestAdapterAttributes(t *testing.T) {
 	r := newRig(t)
 
 	mux := http.NewServeMux()
-	mux.Handle("POST /orders", httpguard.Middleware(r.locker)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("POST /orders", httpguard.Middleware(r.locker, httpguard.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 	})))
 	req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))

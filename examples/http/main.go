@@ -51,7 +51,10 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 	p := exampleenv.NewPrinter(out)
 	orders := &orderService{p: p, firstStarted: make(chan struct{}), letFirstFinish: make(chan struct{})}
 	mux := http.NewServeMux()
-	mux.Handle("POST /orders", httpguard.Middleware(locker)(orders))
+	// Keys are scoped to the account that sent them: one account's stored
+	// response is never replayed to another that sends the same key.
+	idem := httpguard.Middleware(locker, httpguard.Principal(accountOf))
+	mux.Handle("POST /orders", authenticate(idem(orders)))
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -70,7 +73,7 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 
 	transport := &http.Transport{}
 	defer transport.CloseIdleConnections()
-	c := &client{p: p, http: &http.Client{Transport: transport, Timeout: 10 * time.Second}, base: "http://" + ln.Addr().String()}
+	c := &client{p: p, http: &http.Client{Transport: transport, Timeout: 10 * time.Second}, base: "http://" + ln.Addr().String(), token: "alice-token"}
 	// A fresh key per run, so that a real Redis does not replay the last run.
 	key := "checkout-" + strings.ToLower(rand.Text()[:8])
 
@@ -119,8 +122,38 @@ func run(ctx context.Context, out io.Writer, opts ...guard.Option) error {
 		return err
 	}
 
+	p.Say("story", "--- 7. another account sends the same key and payload as step 1")
+	c.token = "bob-token"
+	if _, err := c.post("bob", key, `{"item":"book"}`); err != nil {
+		return err
+	}
+
 	p.Say("story", "the handler ran %d times for %d requests; orders: %s", orders.count(), c.sent.Load(), strings.Join(orders.list(), ", "))
 	return nil
+}
+
+// accounts maps API tokens to accounts: a stand-in for real authentication.
+var accounts = map[string]string{"alice-token": "alice", "bob-token": "bob"}
+
+type accountKey struct{}
+
+// authenticate answers 401 to a request without a known token and puts
+// the account in the request's context for the handlers inside it.
+func authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		account, ok := accounts[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")]
+		if !ok {
+			http.Error(w, "unknown token", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), accountKey{}, account)))
+	})
+}
+
+// accountOf is httpguard's Principal: the account authenticate found.
+func accountOf(r *http.Request) string {
+	account, _ := r.Context().Value(accountKey{}).(string)
+	return account
 }
 
 // orderService creates orders. The first one is slow: it waits until the
@@ -171,12 +204,13 @@ func (s *orderService) list() []string {
 	return append([]string(nil), s.orders...)
 }
 
-// client sends requests and prints what came back.
+// client sends requests with its account's token and prints what came back.
 type client struct {
-	p    *exampleenv.Printer
-	http *http.Client
-	base string
-	sent atomic.Int32
+	p     *exampleenv.Printer
+	http  *http.Client
+	base  string
+	token string
+	sent  atomic.Int32
 }
 
 // post sends POST /orders with key (none if empty) and returns the status.
@@ -186,6 +220,7 @@ func (c *client) post(who, key, body string) (int, error) {
 		return 0, err
 	}
 	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Authorization", "Bearer "+c.token)
 	shown := "no Idempotency-Key"
 	if key != "" {
 		r.Header.Set("Idempotency-Key", key)

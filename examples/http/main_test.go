@@ -38,6 +38,7 @@ func TestRun(t *testing.T) {
 		"422 Unprocessable Entity [Cache-Control: no-store] problem \"Idempotency-Key reused\"",
 		"201 Created [Location: /orders/2] {\"id\":2,\"item\":\"pen\"}",
 		"400 Bad Request [Cache-Control: no-store] problem \"Invalid Idempotency-Key\"",
+		"201 Created [Location: /orders/3] {\"id\":3,\"item\":\"book\"}",
 	}
 	if len(answers) != len(want) {
 		t.Fatalf("%d answers, want %d", len(answers), len(want))
@@ -47,7 +48,7 @@ func TestRun(t *testing.T) {
 			t.Errorf("answer %d: %q, want it to start with %q", i+1, answers[i], w)
 		}
 	}
-	if !strings.Contains(lines[len(lines)-1], "the handler ran 2 times for 6 requests; orders: book, pen") {
+	if !strings.Contains(lines[len(lines)-1], "the handler ran 3 times for 7 requests; orders: book, pen, book") {
 		t.Errorf("last line %q", lines[len(lines)-1])
 	}
 }
