@@ -1,6 +1,6 @@
 // Package asynqguard runs github.com/hibiken/asynq task handlers under a
 // guard lease, so that at most one handler per key (or, with Limit, at most
-// n per task type) runs at a time across every server of a fleet.
+// n per handler) runs at a time across every server of a fleet.
 //
 //	locker, err := guard.New(redisClient)
 //	...
@@ -22,14 +22,23 @@
 // # At most n at a time
 //
 // asynq's Concurrency bounds the handlers of one server; Limit(n) bounds
-// the tasks of one key across the whole fleet. With it the key is the task
-// type (or what KeyFunc returns), and each running task holds one of the
-// key's n permits (guard.Permits): a task that finds all n taken is busy,
-// handled as below, so a fleet of any size runs at most n tasks of the
-// type at once. Give each type its own limit with a middleware per
-// handler:
+// the tasks of one key across the whole fleet. Each running task holds one
+// of the key's n permits (guard.Permits): a task that finds all n taken is
+// busy, handled as below. Give each handler its own limit with a
+// middleware around it, and pass the pattern it is registered under:
 //
-//	mux.Handle("report:export", asynqguard.Middleware(locker, asynqguard.Limit(2))(exportHandler))
+//	mux.Handle("report:export", asynqguard.Middleware(locker,
+//		asynqguard.Limit(2), asynqguard.Pattern("report:export"))(exportHandler))
+//
+// The key is then the pattern, so a fleet of any size runs at most n tasks
+// of the handler at once, whatever their type: asynq's ServeMux routes
+// every type that starts with the pattern to the handler, so
+// "report:export:1" runs it as well as "report:export", and a limit per
+// task type would let one task of each such type run at once. New refuses
+// Limit without Pattern or KeyFunc for that reason. With KeyFunc instead
+// of Pattern, n tasks of each key it returns run at once (for example n
+// per tenant). Without Limit, Pattern does not change the key: a task's
+// key names that task, not its handler.
 //
 // # Busy keys
 //

@@ -57,7 +57,8 @@ func ExampleIsFailure() {
 
 // At most two exports run at once across every server of the fleet, however
 // many servers and workers there are; the others are retried soon, without
-// spending a retry.
+// spending a retry. Pattern makes the limit hold for every task the mux
+// routes to the handler: "report:export:eu" as well as "report:export".
 func ExampleLimit() {
 	locker, err := guard.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"}))
 	if err != nil {
@@ -74,8 +75,44 @@ func ExampleLimit() {
 	export := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		return nil // call the rate-limited API; stop when ctx is done
 	})
-	mux.Handle("report:export", asynqguard.Middleware(locker, asynqguard.Limit(2))(export))
+	const pattern = "report:export"
+	mux.Handle(pattern, asynqguard.Middleware(locker, asynqguard.Limit(2), asynqguard.Pattern(pattern))(export))
 	if err := srv.Run(mux); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// asynq's ServeMux runs a handler for every task whose type starts with the
+// handler's pattern, so a limit keyed by task type would not bound the
+// handler: New refuses Limit without Pattern (or KeyFunc), and with Pattern
+// every task the handler runs takes a permit of the one key.
+func ExamplePattern() {
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer client.Close()
+	locker, err := guard.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	_, err = asynqguard.New(locker, asynqguard.Limit(2))
+	fmt.Println("Limit alone refused:", errors.Is(err, guard.ErrInvalid))
+
+	const pattern = "report:export"
+	limit, err := asynqguard.New(locker, asynqguard.Limit(2), asynqguard.Pattern(pattern))
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := asynq.NewServeMux()
+	mux.Handle(pattern, limit(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		return nil // call the rate-limited API; stop when ctx is done
+	})))
+	for _, typ := range []string{"report:export", "report:export:eu"} {
+		_, p := mux.Handler(asynq.NewTask(typ, nil))
+		fmt.Printf("%-16s runs the %q handler, under its limit\n", typ, p)
+	}
+	// Output:
+	// Limit alone refused: true
+	// report:export    runs the "report:export" handler, under its limit
+	// report:export:eu runs the "report:export" handler, under its limit
 }

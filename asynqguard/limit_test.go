@@ -62,7 +62,7 @@ func TestLimitFleet(t *testing.T) {
 	// lease could end (at most 1s here) plus 0.5-1.5s.
 	lopts := []guard.Option{guard.WithTTL(time.Second)}
 	for range 3 {
-		startServer(t, srv, cfg, lopts, []asynqguard.Option{asynqguard.Limit(limit)}, h)
+		startServer(t, srv, cfg, lopts, []asynqguard.Option{asynqguard.Limit(limit), asynqguard.Pattern(taskPrefix)}, h)
 	}
 	start := time.Now()
 	waitFor(t, 90*time.Second, "every task processed", func() bool {
@@ -104,14 +104,15 @@ func TestLimitFleet(t *testing.T) {
 	}
 }
 
-// Limit keys by task type unless KeyFunc says otherwise, takes one of n
-// permits of the key, and refuses what it cannot mean.
+// Limit keys by Pattern, or by KeyFunc when one is given, and takes one of
+// n permits of the key.
 func TestLimitOptions(t *testing.T) {
 	srv := redistest.Start(t)
 	l := newLocker(t, srv)
 	export := func(p string) *asynq.Task { return asynq.NewTask("report:export", []byte(p)) }
-	// Two permits of "report:export" are taken elsewhere: a third task of the
-	// type is busy whatever its payload.
+	// Two permits of "report:export" are taken elsewhere: a third task the
+	// handler registered under it runs is busy whatever its type suffix
+	// and payload.
 	holder := newLocker(t, srv)
 	for range 2 {
 		le, err := holder.Acquire(t.Context(), "report:export", guard.Permits(2))
@@ -125,16 +126,19 @@ func TestLimitOptions(t *testing.T) {
 		ran = append(ran, string(task.Payload()))
 		return nil
 	})
-	err := asynqguard.Middleware(l, asynqguard.Limit(2))(h).ProcessTask(t.Context(), export("a"))
-	if !errors.Is(err, asynqguard.ErrBusy) {
-		t.Errorf("third task of a type limited to 2: err = %v, want ErrBusy", err)
+	pattern := asynqguard.Pattern("report:export")
+	for _, typ := range []string{"report:export", "report:export:1"} {
+		err := asynqguard.Middleware(l, asynqguard.Limit(2), pattern)(h).ProcessTask(t.Context(), asynq.NewTask(typ, []byte("a")))
+		if !errors.Is(err, asynqguard.ErrBusy) {
+			t.Errorf("third %q task of a handler limited to 2: err = %v, want ErrBusy", typ, err)
+		}
 	}
 	// Under another limit the key's holders disagree: not busy, a failure.
-	err = asynqguard.Middleware(l, asynqguard.Limit(3))(h).ProcessTask(t.Context(), export("b"))
+	err := asynqguard.Middleware(l, asynqguard.Limit(3), pattern)(h).ProcessTask(t.Context(), export("b"))
 	if !errors.Is(err, guard.ErrPermitsDiffer) || errors.Is(err, asynqguard.ErrBusy) || !asynqguard.IsFailure(err) {
 		t.Errorf("Limit(3) on a key held under Limit(2): err = %v, want a failure matching guard.ErrPermitsDiffer", err)
 	}
-	// A KeyFunc key is limited instead of the type.
+	// A KeyFunc key is limited instead.
 	byTenant := asynqguard.KeyFunc(func(_ context.Context, task *asynq.Task) (string, error) {
 		return "tenant:" + string(task.Payload()), nil
 	})
@@ -144,13 +148,121 @@ func TestLimitOptions(t *testing.T) {
 	if !slices.Equal(ran, []string{"c"}) {
 		t.Errorf("handlers ran for %q, want [c]", ran)
 	}
-	for name, opts := range map[string][]asynqguard.Option{
-		"Limit(0)":           {asynqguard.Limit(0)},
-		"Limit(-1)":          {asynqguard.Limit(-1)},
-		"Limit with DoneTTL": {asynqguard.Limit(2), asynqguard.DoneTTL(time.Hour)},
+	// Without Limit, Pattern leaves the default key, which names one task:
+	// the key of another payload is free although "report:export" is full.
+	if err := asynqguard.Middleware(l, pattern)(h).ProcessTask(t.Context(), export("d")); err != nil {
+		t.Errorf("Pattern without Limit: %v, want the default key, which is free", err)
+	}
+	if !slices.Equal(ran, []string{"c", "d"}) {
+		t.Errorf("handlers ran for %q, want [c d]", ran)
+	}
+}
+
+// New accepts Limit with one key source, Pattern or KeyFunc, and refuses
+// what it cannot mean, saying why; Middleware panics with the same error.
+func TestLimitValidation(t *testing.T) {
+	srv := redistest.Start(t)
+	l := newLocker(t, srv)
+	byTenant := asynqguard.KeyFunc(func(context.Context, *asynq.Task) (string, error) { return "tenant:1", nil })
+	for _, c := range []struct {
+		name string
+		opts []asynqguard.Option
+		want string // in the error; "" when accepted
+	}{
+		{"Limit with Pattern", []asynqguard.Option{asynqguard.Limit(2), asynqguard.Pattern("report:export")}, ""},
+		{"Limit with KeyFunc", []asynqguard.Option{asynqguard.Limit(2), byTenant}, ""},
+		{"Pattern alone", []asynqguard.Option{asynqguard.Pattern("report:export")}, ""},
+		{"Pattern and KeyFunc without Limit", []asynqguard.Option{asynqguard.Pattern("report:export"), byTenant}, ""},
+		{"Pattern with '%'", []asynqguard.Option{asynqguard.Limit(1), asynqguard.Pattern("100%")}, ""},
+		{"Limit alone", []asynqguard.Option{asynqguard.Limit(1)}, "needs Pattern or KeyFunc"},
+		{"Limit(0)", []asynqguard.Option{asynqguard.Limit(0), asynqguard.Pattern("report:export")}, "must be >= 1"},
+		{"Limit(-1)", []asynqguard.Option{asynqguard.Limit(-1), asynqguard.Pattern("report:export")}, "must be >= 1"},
+		{"Limit with DoneTTL", []asynqguard.Option{asynqguard.Limit(2), asynqguard.Pattern("report:export"), asynqguard.DoneTTL(time.Hour)}, "DoneTTL with Limit"},
+		{"Limit with Pattern and KeyFunc", []asynqguard.Option{asynqguard.Limit(2), asynqguard.Pattern("report:export"), byTenant}, "both would set the limited key"},
+		{"empty Pattern", []asynqguard.Option{asynqguard.Limit(1), asynqguard.Pattern("")}, "must not be empty"},
+		{"blank Pattern", []asynqguard.Option{asynqguard.Pattern("  ")}, "must not be empty"},
+		{"Pattern with '}'", []asynqguard.Option{asynqguard.Limit(1), asynqguard.Pattern("report}")}, "must not contain '}'"},
 	} {
-		if _, err := asynqguard.New(l, opts...); !errors.Is(err, guard.ErrInvalid) {
-			t.Errorf("%s: err = %v, want guard.ErrInvalid", name, err)
+		t.Run(c.name, func(t *testing.T) {
+			_, err := asynqguard.New(l, c.opts...)
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("New: %v, want accepted", err)
+				}
+				return
+			}
+			if !errors.Is(err, guard.ErrInvalid) || !contains(err.Error(), c.want) {
+				t.Fatalf("New: err = %v, want guard.ErrInvalid saying %q", err, c.want)
+			}
+			defer func() {
+				if p, _ := recover().(error); !errors.Is(p, guard.ErrInvalid) || p.Error() != err.Error() {
+					t.Errorf("Middleware panicked with %v, want %v", p, err)
+				}
+			}()
+			asynqguard.Middleware(l, c.opts...)
+		})
+	}
+}
+
+// TestLimitHoldsForEveryTypeTheHandlerRuns: asynq's ServeMux routes every
+// task whose type starts with a pattern to the handler registered under it,
+// so tasks of "report:export:1" run the "report:export" handler. Under
+// Limit(1) with Pattern, two servers with 4 workers each never run two of
+// them at once, whatever their type suffix.
+func TestLimitHoldsForEveryTypeTheHandlerRuns(t *testing.T) {
+	srv := redistest.Start(t)
+	const (
+		queue   = "pattern"
+		pattern = "report:export"
+	)
+	c, in := newClient(t, srv)
+	var ids []string
+	for i := range 2 {
+		for _, typ := range []string{pattern, pattern + ":1", pattern + ":2", pattern + ":3"} {
+			ids = append(ids, enqueue(t, c, typ, fmt.Appendf(nil, "%d", i), asynq.Queue(queue), asynq.MaxRetry(3)))
+		}
+	}
+	tr, busy, run := newTracker(), newBusyCounter(), &running{}
+	cfg := testConfig(t, queue)
+	cfg.ErrorHandler = busy
+	h := asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		defer tr.enter(ctx, task.Type())()
+		defer run.enter()()
+		time.Sleep(150 * time.Millisecond)
+		return nil
+	})
+	for range 2 {
+		l := newLocker(t, srv, guard.WithTTL(time.Second))
+		mux := asynq.NewServeMux()
+		mux.Handle(pattern, asynqguard.Middleware(l, asynqguard.Limit(1), asynqguard.Pattern(pattern))(h))
+		s := asynq.NewServer(asynq.RedisClientOpt{Addr: srv.Addr()}, cfg)
+		if err := s.Start(mux); err != nil {
+			t.Fatalf("asynq server start: %v", err)
+		}
+		t.Cleanup(s.Shutdown)
+	}
+	waitFor(t, 90*time.Second, "every task processed", func() bool {
+		return tr.totalRuns() >= len(ids) && drained(t, in, queue)
+	})
+	run.mu.Lock()
+	peak := run.peak
+	run.mu.Unlock()
+	nbusy, other := busy.total()
+	t.Logf("%d tasks of 4 types under pattern %q: peak %d running, %d busy retries", len(ids), pattern, peak, nbusy)
+	if peak != 1 {
+		t.Errorf("%d tasks routed to the %q handler ran at once, want 1 under Limit(1)", peak, pattern)
+	}
+	if nbusy == 0 {
+		t.Errorf("no busy retry: the limit was never met, the test proves nothing")
+	}
+	if len(other) > 0 {
+		t.Errorf("errors other than busy: %v", other)
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, id := range ids {
+		if tr.runs[id] != 1 {
+			t.Errorf("task %s ran %d times, want 1", id, tr.runs[id])
 		}
 	}
 }

@@ -94,8 +94,15 @@ func (m *middleware) process(ctx context.Context, t *asynq.Task, next asynq.Hand
 	id, _ := asynq.GetTaskID(ctx)
 	queue, _ := asynq.GetQueueName(ctx)
 	attrs := []slog.Attr{slog.String("task_type", t.Type()), slog.String("task_id", id), slog.String("queue", queue)}
+	// The lock's name for observers (a metric attribute): the handler's
+	// pattern when it is known, so that the types one handler runs
+	// ("report:export:1", "report:export:2") do not each make a series.
+	name := t.Type()
+	if m.cfg.pattern != "" {
+		name = m.cfg.pattern
+	}
 	opts := []guard.LockOption{
-		guard.Name(t.Type()),
+		guard.Name(name),
 		guard.Attrs(
 			slog.String("messaging.system", "asynq"),
 			slog.String("messaging.destination.name", queue),

@@ -41,9 +41,10 @@ type config struct {
 	ttl      time.Duration // 0: the Locker's TTL
 	fenceTTL time.Duration // 0: fencing counters never expire
 	limit    int           // tasks of one key at once, under Limit
+	pattern  string        // the handler's ServeMux pattern, the key under Limit
 	logger   *slog.Logger
 
-	doneSet, ttlSet, keySet, fenceSet, limitSet bool
+	doneSet, ttlSet, keySet, fenceSet, limitSet, patternSet bool
 }
 
 // KeyFunc sets how a task's lock key is derived. Tasks with equal keys never
@@ -53,8 +54,10 @@ type config struct {
 // be empty nor contain '}', or the task is archived with an error matching
 // guard.ErrInvalid and asynq.SkipRetry.
 // Default: the task type, ":", and the hex SHA-256 of the payload, so only
-// identical tasks exclude each other; with Limit, the task type alone.
-// Must not be nil.
+// identical tasks exclude each other; with Limit, the Pattern. Under Limit
+// with KeyFunc, n tasks of each key it returns run at once: a key chosen on
+// purpose, such as one per tenant.
+// Must not be nil; not with Pattern under Limit.
 func KeyFunc(f func(ctx context.Context, t *asynq.Task) (string, error)) Option {
 	return func(c *config) { c.key, c.keySet = f, true }
 }
@@ -98,21 +101,50 @@ func Revoke() Option { return func(c *config) { c.policy = policyRevoke } }
 func Archive() Option { return func(c *config) { c.policy = policyArchive } }
 
 // Limit makes at most n tasks of one key run at once across every server
-// that shares the Locker's Redis: with the default key, n tasks of each
-// task type; with KeyFunc, n tasks of each key it returns. This is the
-// fleet-wide limit that asynq's per-server Concurrency is not. Each running
-// task holds one of the key's n permits (guard.Permits), renewed while its
-// handler runs and freed within the TTL if its server crashes. A task that
-// finds all n taken is busy and the busy policy applies (by default it is
-// retried soon without spending a retry; WaitFor waits for a permit
-// first). Every middleware and server that runs tasks of one key must give
+// that shares the Locker's Redis: with Pattern, n tasks of the wrapped
+// handler, whatever their type; with KeyFunc, n tasks of each key it
+// returns. It needs one of the two: asynq's ServeMux runs a handler for
+// every task whose type starts with the handler's pattern
+// ("report:export:1" runs the "report:export" handler), so a limit per
+// task type would not bound the handler, and New refuses Limit alone with
+// an error matching guard.ErrInvalid. This is the fleet-wide limit that
+// asynq's per-server Concurrency is not. Each running task holds one of
+// the key's n permits (guard.Permits), renewed while its handler runs and
+// freed within the TTL if its server crashes. A task that finds all n
+// taken is busy and the busy policy applies (by default it is retried
+// soon without spending a retry; WaitFor waits for a permit first).
+// Every middleware and server that runs tasks of one key must give
 // the same n: a task whose key is held under another limit fails with an
 // error matching guard.ErrPermitsDiffer, and asynq retries it on its own
 // back-off (a rolling deploy that changes n costs such retries until the
 // old servers' tasks end). Not with DoneTTL: a limited key is shared by
 // different tasks, so a done record would skip them all.
-// Default: off, the key's tasks exclude each other. Must be >= 1.
+// Default: off, the key's tasks exclude each other. Must be >= 1, with
+// Pattern or KeyFunc.
 func Limit(n int) Option { return func(c *config) { c.limit, c.limitSet = n, true } }
+
+// Pattern tells the middleware p, the asynq.ServeMux pattern the wrapped
+// handler is registered under, as in
+//
+//	mux.Handle("report:export", Middleware(l, Limit(2), Pattern("report:export"))(h))
+//
+// Under Limit the key is p, so the limit holds for every task the mux
+// routes to the handler: every type that starts with p, "report:export:1"
+// as well as "report:export". Every server running the handler must pass
+// the same p. Without Limit, Pattern does not change the key (the task
+// type and payload hash, or KeyFunc's): that key names one task, and tasks
+// of other types are other tasks. Either way it names the handler's locks
+// for observers (tracing's jobguard.lock.name) in place of each task's
+// type, so that one handler makes one metric series. Give each limited
+// handler its own middleware: one installed with mux.Use wraps every
+// handler of the mux, and under Limit would bound all of them together
+// under the one key p.
+// Default: none. Must not be empty (nor only spaces, which asynq refuses
+// as a pattern) nor contain '}', which guard refuses in a key; not with
+// KeyFunc under Limit, where both would set the key.
+func Pattern(p string) Option {
+	return func(c *config) { c.pattern, c.patternSet = p, true }
+}
 
 // WaitFor makes a task wait up to d for a busy key before the busy policy
 // applies, ending half a second before the task's deadline so that a busy
@@ -162,13 +194,24 @@ func newConfig(opts []Option) (config, error) {
 		return c, invalid("TTL %v must be positive", c.ttl)
 	case c.fenceTTL < 0:
 		return c, invalid("FenceTTL %v must be >= 0", c.fenceTTL)
+	case c.patternSet && strings.TrimSpace(c.pattern) == "":
+		return c, invalid("Pattern %q must not be empty", c.pattern)
+	case strings.Contains(c.pattern, "}"):
+		return c, invalid("Pattern %q must not contain '}': it is the lock key under Limit, and guard refuses '}' in a key", c.pattern)
 	case c.limitSet && c.limit < 1:
 		return c, invalid("Limit(%d) must be >= 1", c.limit)
 	case c.limitSet && c.doneSet:
 		return c, invalid("DoneTTL with Limit: a limited key is shared by different tasks, and a done record would skip them all")
+	case c.limitSet && !c.keySet && !c.patternSet:
+		return c, invalid("Limit(%d) needs Pattern or KeyFunc: asynq's ServeMux runs a handler for every task type that starts with its pattern "+
+			"(\"report:export:1\" runs the \"report:export\" handler), so a limit per task type would not bound the handler; "+
+			"pass Pattern with the pattern the handler is registered under, or KeyFunc for a key of your own", c.limit)
+	case c.limitSet && c.keySet && c.patternSet:
+		return c, invalid("Pattern %q and KeyFunc under Limit: both would set the limited key; pass one", c.pattern)
 	}
 	if c.limitSet && !c.keySet {
-		c.key = typeKey
+		pattern := c.pattern
+		c.key = func(context.Context, *asynq.Task) (string, error) { return pattern, nil }
 	}
 	if !c.fenceSet && !c.keySet && !c.limitSet {
 		c.fenceTTL = max(defaultFenceTTL, c.doneTTL)
@@ -180,20 +223,14 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("asynqguard: %w: "+format, append([]any{guard.ErrInvalid}, args...)...)
 }
 
-// defaultKey is the task type and the hex SHA-256 of the payload.
-func defaultKey(ctx context.Context, t *asynq.Task) (string, error) {
+// defaultKey is the task type and the hex SHA-256 of the payload. A '}'
+// in the type (which guard rejects, as it would break the Cluster hash
+// tag) is escaped, as is '%', so distinct types keep distinct keys.
+func defaultKey(_ context.Context, t *asynq.Task) (string, error) {
 	sum := sha256.Sum256(t.Payload())
-	typ, _ := typeKey(ctx, t)
-	return typ + ":" + hex.EncodeToString(sum[:]), nil
-}
-
-// typeKey, the default key under Limit, is the task type. A '}' in the
-// type (which guard rejects, as it would break the Cluster hash tag) is
-// escaped, as is '%', so distinct types keep distinct keys.
-func typeKey(_ context.Context, t *asynq.Task) (string, error) {
 	typ := t.Type()
 	if strings.ContainsAny(typ, "%}") {
 		typ = strings.NewReplacer("%", "%25", "}", "%7D").Replace(typ)
 	}
-	return typ, nil
+	return typ + ":" + hex.EncodeToString(sum[:]), nil
 }
