@@ -34,7 +34,7 @@ func (c *cli) list(ctx context.Context, pattern string) int {
 		return exitUsage
 	}
 	if len(locks) == 0 {
-		c.fail("no lock matches %q under prefix %q; check the pattern and --prefix", pattern, c.opts.prefix)
+		c.fail("no lock matches %s under prefix %q; check the pattern and --prefix", shownArg(pattern), c.opts.prefix)
 		return exitNotFound
 	}
 	return exitFound

@@ -41,6 +41,15 @@
 // Sentinel host without a port has 26379. Options are go-redis's URL options
 // (dial_timeout, pool_size, skip_verify, ...: see redis.ParseURL).
 //
+// guardctl never prints a password. A message shows the URL only rebuilt,
+// with the password, and the value of every option other than go-redis's
+// settings that hold no secret (sentinel_password, password and a mistyped
+// option name alike), replaced by xxxxx. A URL that it cannot read (no
+// "scheme://", a character that must be percent-encoded, an '@' after the
+// host) is refused and not shown at all: the message says what is wrong
+// with it. Percent-encode '/', '?', '#' and '@' in a password (%2F, %3F,
+// %23, %40).
+//
 // # Output
 //
 // ls prints one line per lock: KEY, MODE (write, read, or minhold for a
@@ -54,7 +63,10 @@
 // id) and the fencing counter. watch prints show's output again when the
 // lock changes: on a terminal it redraws the screen at every read, else it
 // prints a new snapshot only when holders, counts, tokens, waiters or the
-// counter changed.
+// counter changed. Characters that are not printable in a key, an
+// identity or an id (ESC, other control characters, invalid UTF-8) are
+// shown escaped as Go writes them in a string (\x1b, \u009b, \xff), so
+// that no name read from Redis can drive the terminal.
 //
 // With --json, show and release print one lock object, ls an array of them,
 // and watch one object per line per change. The field names are stable:
@@ -82,7 +94,8 @@
 //	}
 //
 // holders and waiters are always arrays, empty for a free lock; permits is
-// left out for a plain lock.
+// left out for a plain lock. Strings are JSON strings: ESC is \u001b, and
+// DEL, C1 controls and format characters are escaped (\u007f) too.
 //
 // # Exit status
 //
@@ -101,6 +114,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -213,14 +227,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return exitFound
 	case "ls", "list":
 		if len(pos) > 1 {
-			return c.usageError("ls takes at most one pattern, got %q", pos)
+			return c.usageError("ls takes at most one pattern, got %d arguments", len(pos))
 		}
 	case "show", "watch", "release":
 		if len(pos) != 1 {
 			return c.usageError("%s takes one lock key, got %d arguments", cmd, len(pos))
 		}
 	default:
-		return c.usageError("unknown command %q", cmd)
+		return c.usageError("unknown command %s", shownArg(cmd))
 	}
 	if code, ok := c.check(); !ok {
 		return code
@@ -298,7 +312,7 @@ func (c *cli) check() (int, bool) {
 func (c *cli) connect() (closeAll func(), code int, ok bool) {
 	client, err := dial(c.opts.url, c.opts.timeout, c.opts.cacert)
 	if err != nil {
-		c.fail("bad Redis URL: %v; see 'guardctl help' for the forms --url and REDIS_URL take", err)
+		c.fail("%v; see 'guardctl help' for the forms --url and REDIS_URL take", err)
 		return nil, exitUsage, false
 	}
 	l, err := guard.New(client, guard.WithPrefix(c.opts.prefix), guard.WithTTL(time.Hour),
@@ -321,11 +335,12 @@ func (c *cli) usageError(format string, args ...any) int {
 	return exitUsage
 }
 
-// fail writes one line to standard error.
+// fail writes one line to standard error, with what is not printable in
+// it escaped: it may quote Redis's own errors.
 func (c *cli) fail(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " ")
-	fmt.Fprintln(c.stderr, "guardctl: "+msg)
+	fmt.Fprintln(c.stderr, "guardctl: "+printable(msg))
 }
 
 // failed reports an error of a request about what, and returns its exit
@@ -342,10 +357,27 @@ func (c *cli) failed(what string, err error) int {
 	if strings.Contains(c.opts.url, "-sentinel://") {
 		hint = "check --url or REDIS_URL (the Sentinels' addresses and the master's name), and that the servers are reachable"
 	}
+	at := "the URL given" // dial read it, so maskURL does: not reached
+	if shown, err := maskURL(c.opts.url); err == nil {
+		at = shown
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		c.fail("no answer from Redis at %s about %s within --timeout %v; %s", redact(c.opts.url), what, c.opts.timeout, hint)
+		c.fail("no answer from Redis at %s about %s within --timeout %v; %s", at, what, c.opts.timeout, hint)
 		return exitUsage
 	}
-	c.fail("Redis at %s failed on %s: %v; %s", redact(c.opts.url), what, err, hint)
+	c.fail("Redis at %s failed on %s: %s; %s", at, what, scrub(err.Error(), c.opts.url), hint)
 	return exitUsage
+}
+
+// shownArg is a command-line argument as a message may show it: quoted, or,
+// when it looks like a URL typed in the wrong place, masked (see maskURL),
+// so that a password in it is never echoed.
+func shownArg(arg string) string {
+	if !strings.Contains(arg, "://") && !strings.Contains(arg, "@") {
+		return strconv.Quote(arg)
+	}
+	if masked, err := maskURL(arg); err == nil {
+		return masked + " (a URL: pass it with --url)"
+	}
+	return "(an argument that looks like a URL; not shown)"
 }

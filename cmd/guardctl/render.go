@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/jobguard/jobguard/guard"
 )
@@ -66,9 +70,68 @@ func mode(write bool) string {
 	return "read"
 }
 
-// writeJSON writes v as one line of JSON.
+// writeJSON writes v as one line of JSON, with every rune that is not
+// printable escaped: encoding/json escapes C0 controls (ESC is \u001b) but
+// writes DEL, C1 controls (U+009B is a CSI to some terminals) and format
+// characters (U+202E) raw.
 func writeJSON(w io.Writer, v any) error {
-	return json.NewEncoder(w).Encode(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(escapeJSON(b), '\n'))
+	return err
+}
+
+// escapeJSON escapes as \uXXXX every rune of b, compact JSON from
+// json.Marshal, that is not printable. Such a rune can only be inside a
+// string, as Marshal writes nothing but ASCII outside them, and Marshal
+// has already replaced invalid UTF-8 with U+FFFD.
+func escapeJSON(b []byte) []byte {
+	if !bytes.ContainsFunc(b, func(r rune) bool { return !strconv.IsPrint(r) }) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+16)
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		switch {
+		case strconv.IsPrint(r):
+			out = append(out, b[:size]...)
+		case r > 0xFFFF:
+			r1, r2 := utf16.EncodeRune(r)
+			out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+		default:
+			out = fmt.Appendf(out, `\u%04x`, r)
+		}
+		b = b[size:]
+	}
+	return out
+}
+
+// printable returns s with every rune that is not printable (a C0 or C1
+// control such as ESC, DEL, a format character such as U+202E) and every
+// byte that is not UTF-8 escaped as Go writes them in a quoted string
+// (\x1b, \u202e, \xff), so that nothing read from Redis reaches a terminal
+// raw. Printable runes, a backslash among them, are left as they are.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return r == utf8.RuneError || !strconv.IsPrint(r) }) {
+		return s
+	}
+	var b strings.Builder
+	for len(s) > 0 {
+		r, size := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		case strconv.IsPrint(r):
+			b.WriteString(s[:size])
+		default:
+			q := strconv.QuoteRune(r) // '\x1b', '\u202e'
+			b.WriteString(q[1 : len(q)-1])
+		}
+		s = s[size:]
+	}
+	return b.String()
 }
 
 // summary is a lock on one line of ls.
@@ -107,7 +170,7 @@ func writeList(w io.Writer, locks []guard.LockState) error {
 	fmt.Fprintln(tw, "KEY\tMODE\tHOLDERS\tLEFT\tTOKEN\tWAITERS")
 	for _, st := range locks {
 		s := summarize(st)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", st.Key, s.mode, s.holders, duration(s.left), token(s.token), len(st.Waiters))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", printable(st.Key), s.mode, s.holders, duration(s.left), token(s.token), len(st.Waiters))
 	}
 	return tw.Flush()
 }
@@ -115,8 +178,8 @@ func writeList(w io.Writer, locks []guard.LockState) error {
 // writeLock writes show's view of one lock.
 func writeLock(w io.Writer, prefix string, st guard.LockState) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "lock\t%s\n", st.Key)
-	fmt.Fprintf(tw, "redis key\t%s{%s}\n", prefix, st.Key)
+	fmt.Fprintf(tw, "lock\t%s\n", printable(st.Key))
+	fmt.Fprintf(tw, "redis key\t%s\n", printable(prefix+"{"+st.Key+"}"))
 	fmt.Fprintf(tw, "fencing counter\t%s\n", token(st.Fence))
 	if st.Permits > 0 {
 		fmt.Fprintf(tw, "permits\t%d (up to %d write holders at once)\n", st.Permits, st.Permits)
@@ -135,7 +198,7 @@ func writeLock(w io.Writer, prefix string, st guard.LockState) error {
 			if h.Lingering() {
 				m += " (released, kept for MinHold)"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%d\t%s\t%s\n", identity(h.Identity), m, h.Writes, h.Reads, duration(h.Left), h.Token, duration(h.MinHold), h.Owner)
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%d\t%s\t%s\n", identity(h.Identity), m, h.Writes, h.Reads, duration(h.Left), h.Token, duration(h.MinHold), printable(h.Owner))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -149,16 +212,17 @@ func writeLock(w io.Writer, prefix string, st guard.LockState) error {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  IDENTITY\tMODE\tLEFT\tLOCKER\tOWNER")
 	for _, wt := range st.Waiters {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", identity(wt.Identity), mode(wt.Write), duration(wt.Left), wt.Locker, wt.Owner)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", identity(wt.Identity), mode(wt.Write), duration(wt.Left), printable(wt.Locker), printable(wt.Owner))
 	}
 	return tw.Flush()
 }
 
+// identity is a holder's or waiter's identity as text output shows it.
 func identity(s string) string {
 	if s == "" {
 		return "(unknown)"
 	}
-	return s
+	return printable(s)
 }
 
 func token(t int64) string {

@@ -58,12 +58,12 @@ func (c *cli) draw(st guard.LockState, redraw bool) error {
 	w := c.stdout
 	if redraw {
 		fmt.Fprint(w, "\x1b[H\x1b[2J") // home, clear screen
-		fmt.Fprintf(w, "guardctl watch %s: every %v, Ctrl-C to stop\n\n", st.Key, c.opts.interval)
+		fmt.Fprintf(w, "guardctl watch %s: every %v, Ctrl-C to stop\n\n", printable(st.Key), c.opts.interval)
 	} else {
 		fmt.Fprintf(w, "--- %s\n", time.Now().Format("15:04:05.000"))
 	}
 	if !held(st) {
-		_, err := fmt.Fprintf(w, "lock %s is free (fencing counter %s)\n", st.Key, token(st.Fence))
+		_, err := fmt.Fprintf(w, "lock %s is free (fencing counter %s)\n", printable(st.Key), token(st.Fence))
 		return err
 	}
 	return writeLock(w, c.opts.prefix, st)
