@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jobguard/jobguard/guard/internal/store"
 	"github.com/jobguard/jobguard/guard/observe"
 )
 
@@ -102,7 +103,7 @@ func (l *Locker) reenter(ctx context.Context, h *hold, write bool, permits int) 
 		err = fmt.Errorf("guard: re-enter %q: %w", h.key, err)
 	case s.err != nil:
 		err = s.err
-	case s.res != applied:
+	case s.res != store.Applied:
 		cause := lostCause(h.key, s.res)
 		h.lose(cause)
 		err = cause
@@ -120,8 +121,8 @@ type acquisition struct {
 	l        *Locker
 	parent   context.Context // the caller's: the hold keeps its values
 	key      string
-	keys     keys
-	args     acquireArgs
+	keys     store.Keys
+	args     store.AcquireArgs
 	lc       lockConfig
 	timing   timing
 	deadline time.Time // end of the Wait budget, when lc sets one
@@ -139,13 +140,13 @@ type acquisition struct {
 
 func (l *Locker) newAcquisition(parent context.Context, key string, write bool, lc lockConfig, t timing) *acquisition {
 	a := &acquisition{l: l, parent: parent, key: key, keys: l.keysFor(key), lc: lc, timing: t}
-	a.args = acquireArgs{
-		owner: rand.Text(), // 26 base32 characters: 130 random bits
-		ttl:   t.ttl, write: write, minHold: lc.minHold, fenceTTL: lc.fenceTTL, permits: lc.permits,
-		identity: l.cfg.identity,
+	a.args = store.AcquireArgs{
+		Owner: rand.Text(), // 26 base32 characters: 130 random bits
+		TTL:   t.ttl, Write: write, MinHold: lc.minHold, FenceTTL: lc.fenceTTL, Permits: lc.permits,
+		Identity: l.cfg.identity,
 	}
 	if !lc.waitSet || lc.wait > 0 {
-		a.args.waiter = l.id // a caller that will wait is woken by name, or granted the key
+		a.args.Waiter = l.id // a caller that will wait is woken by name, or granted the key
 	}
 	if lc.waitSet {
 		a.deadline = l.clock.Now().Add(lc.wait)
@@ -159,7 +160,7 @@ func (l *Locker) newAcquisition(parent context.Context, key string, write bool, 
 func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 	defer a.stopWaiting(ctx)
 	for {
-		before := a.l.notify.mark(a.keys.channel)
+		before := a.l.notify.mark(a.keys.Channel)
 		sent := a.l.clock.Now()
 		rep, err := a.attempt(ctx)
 		switch {
@@ -167,15 +168,15 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 			return nil, a.notAcquired(err)
 		case err != nil:
 			return nil, err
-		case rep.acquired:
-			return a.take(rep.token, sent)
+		case rep.Acquired:
+			return a.take(rep.Token, sent)
 		}
-		a.registeredAt, a.minted = sent, rep.minted
-		a.held = &heldError{remaining: rep.heldFor}
+		a.registeredAt, a.minted = sent, rep.Minted
+		a.held = &heldError{remaining: rep.HeldFor}
 		if err := a.budgetSpent(); err != nil {
 			return nil, err
 		}
-		if err := a.wait(ctx, before, rep.heldFor); err != nil {
+		if err := a.wait(ctx, before, rep.HeldFor); err != nil {
 			return nil, err
 		}
 		if ctx.Err() != nil { // a grant that came too late is withdrawn and dropped
@@ -220,37 +221,37 @@ func (a *acquisition) grant() (int64, bool) {
 // attempt sends one acquire request. A request whose caller gave up, or
 // whose reply was lost, may still have taken the key: the hold is dropped
 // rather than left to block the key for a TTL.
-func (a *acquisition) attempt(ctx context.Context) (acquireReply, error) {
+func (a *acquisition) attempt(ctx context.Context) (store.AcquireReply, error) {
 	a.attempts++
-	l, k, owner, timeout := a.l, a.keys, a.args.owner, a.timing.timeout
-	rep, err := request(ctx, l, observe.Info{Op: "acquire", Key: a.key, Name: a.lc.name}, func(ctx context.Context) (acquireReply, error) {
-		rep, err := l.store.acquire(ctx, k, a.args)
-		if rep.acquired && err != nil { // held, but not well enough to rely on
+	l, k, owner, timeout := a.l, a.keys, a.args.Owner, a.timing.timeout
+	rep, err := request(ctx, l, observe.Info{Op: "acquire", Key: a.key, Name: a.lc.name}, func(ctx context.Context) (store.AcquireReply, error) {
+		rep, err := l.store.Acquire(ctx, k, a.args)
+		if rep.Acquired && err != nil { // held, but not well enough to rely on
 			l.dropHold(k, owner, l.cfg.requestTimeout)
 		}
 		return rep, err
-	}, func(rep acquireReply, err error) {
+	}, func(rep store.AcquireReply, err error) {
 		switch {
-		case a.args.waiter != "":
+		case a.args.Waiter != "":
 			// The attempt may have registered, or taken the key, or been
 			// granted it since: withdraw, dropping any hold it finds.
 			l.withdraw(k, a.args, timeout)
-		case err == nil && rep.acquired:
+		case err == nil && rep.Acquired:
 			l.dropHold(k, owner, timeout)
 		}
 	})
 	if a.waiter != nil && err == nil {
 		a.waiter.woken = false // the attempt saw the key after the wake-up
 	}
-	_, lost := errors.AsType[*noReplyError](err)
+	_, lost := errors.AsType[*store.NoReplyError](err)
 	if lost && ctx.Err() == nil {
 		// The script may have run and its reply been lost.
 		l.runner.start(func() { l.dropHold(k, owner, timeout) })
 	}
-	if a.args.waiter != "" && (lost || err == nil && !rep.acquired) {
+	if a.args.Waiter != "" && (lost || err == nil && !rep.Acquired) {
 		a.registered = true // it may have registered, too
 	}
-	return rep, redisError(k.lock, err)
+	return rep, redisError(k.Lock, err)
 }
 
 // budgetSpent returns ErrNotAcquired once the Wait budget is spent.
@@ -259,10 +260,10 @@ func (a *acquisition) budgetSpent() error {
 		return nil
 	}
 	if a.lc.wait == 0 {
-		a.l.log.Info("guard: lock busy", "key", a.key)
+		a.l.logBusy("guard: lock busy", a.key)
 		return fmt.Errorf("%w: %q: %w: %w", ErrNotAcquired, a.key, errBusy, a.held)
 	}
-	a.l.log.Info("guard: lock busy after waiting", "key", a.key, "wait", a.lc.wait)
+	a.l.logBusy("guard: lock busy after waiting", a.key, "wait", a.lc.wait)
 	return fmt.Errorf("%w: %q: %w after %v: %w", ErrNotAcquired, a.key, errTimeout, a.lc.wait, a.held)
 }
 
@@ -280,12 +281,12 @@ func (a *acquisition) notAcquired(why error) error {
 // the Wait budget.
 func (a *acquisition) wait(ctx context.Context, before mark, heldFor time.Duration) error {
 	if a.waiter == nil {
-		w, err := a.l.notify.join(ctx, a.keys, a.args.write, a.args.owner)
+		w, err := a.l.notify.join(ctx, a.keys, a.args.Write, a.args.Owner)
 		if err != nil {
 			return err
 		}
 		a.waiter = w
-		a.l.obs.Event(ctx, observe.Waiting, observe.Info{Key: a.key, Name: a.lc.name, Write: a.args.write, Delta: +1})
+		a.l.obs.Event(ctx, observe.Waiting, observe.Info{Key: a.key, Name: a.lc.name, Write: a.args.Write, Delta: +1})
 		if !a.l.notify.quietSince(before) {
 			return nil // a release may have come between the attempt and the subscription
 		}
@@ -315,7 +316,7 @@ func (a *acquisition) wait(ctx context.Context, before mark, heldFor time.Durati
 func (a *acquisition) stopWaiting(ctx context.Context) {
 	if a.waiter != nil {
 		a.waiter.leave()
-		a.l.obs.Event(ctx, observe.Waiting, observe.Info{Key: a.key, Name: a.lc.name, Write: a.args.write, Delta: -1})
+		a.l.obs.Event(ctx, observe.Waiting, observe.Info{Key: a.key, Name: a.lc.name, Write: a.args.Write, Delta: -1})
 	}
 	if a.registered {
 		l, k, args, timeout := a.l, a.keys, a.args, a.timing.timeout
@@ -329,24 +330,24 @@ func (a *acquisition) stopWaiting(ctx context.Context) {
 // its registration was gone, a release may have granted it the key in the
 // meantime: that hold is dropped rather than left to block the key until
 // it expires.
-func (l *Locker) withdraw(k keys, args acquireArgs, timeout time.Duration) {
+func (l *Locker) withdraw(k store.Keys, args store.AcquireArgs, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	removed, err := l.store.withdraw(ctx, k, args)
+	removed, err := l.store.Withdraw(ctx, k, args)
 	cancel()
 	if err == nil && removed {
 		return
 	}
-	l.dropHold(k, args.owner, timeout)
+	l.dropHold(k, args.Owner, timeout)
 }
 
 // dropHold frees a hold that was never handed to a caller (an abandoned or
 // unacknowledged acquisition), at once and MinHold or not, so it does not
 // block the key for its TTL.
-func (l *Locker) dropHold(k keys, owner string, timeout time.Duration) {
+func (l *Locker) dropHold(k store.Keys, owner string, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	_, err := l.store.setCounts(ctx, k, countArgs{owner: owner, marker: markerDrop})
+	_, err := l.store.SetCounts(ctx, k, store.CountArgs{Owner: owner, Marker: store.MarkerDrop})
 	if err != nil {
-		l.log.Warn("guard: could not drop an abandoned hold; it expires within its TTL", "key", k.lock, "err", err)
+		l.log.Warn("guard: could not drop an abandoned hold; it expires within its TTL", "key", k.Lock, "err", err)
 	}
 }

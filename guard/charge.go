@@ -31,13 +31,13 @@ func (l *Locker) Charge(ctx context.Context, key string, amount, limit int64, wi
 	case window < time.Millisecond:
 		return false, 0, fmt.Errorf("%w: charge window %v must be at least 1ms", ErrInvalid, window)
 	}
-	k := l.keysFor(key).lock + ":budget"
+	k := l.keysFor(key).Lock + ":budget"
 	type answer struct {
 		spent bool
 		left  time.Duration
 	}
 	a, err := await(ctx, l, func(ctx context.Context) (answer, error) {
-		spent, left, err := l.store.charge(ctx, k, amount, limit, window)
+		spent, left, err := l.store.Charge(ctx, k, amount, limit, window)
 		return answer{spent, left}, err
 	}, nil)
 	if err != nil {

@@ -25,7 +25,7 @@ func (l *Locker) Claim(ctx context.Context, key string, value []byte, ttl time.D
 	}
 	k := l.claimKey(key)
 	stored, err := await(ctx, l, func(ctx context.Context) (bool, error) {
-		return l.store.claim(ctx, k, value, ttl)
+		return l.store.Claim(ctx, k, value, ttl)
 	}, nil)
 	return stored, redisError(k, err)
 }
@@ -45,7 +45,7 @@ func (l *Locker) Claimed(ctx context.Context, key string) ([]byte, bool, error) 
 		ok    bool
 	}
 	v, err := await(ctx, l, func(ctx context.Context) (claimedValue, error) {
-		value, ok, err := l.store.claimed(ctx, k)
+		value, ok, err := l.store.Claimed(ctx, k)
 		return claimedValue{value, ok}, err
 	}, nil)
 	if err != nil {
@@ -61,4 +61,4 @@ func (l *Locker) checkClaim(key string) error {
 	return checkKey(key)
 }
 
-func (l *Locker) claimKey(key string) string { return l.keysFor(key).lock + ":claim" }
+func (l *Locker) claimKey(key string) string { return l.keysFor(key).Lock + ":claim" }

@@ -40,7 +40,7 @@ func (l *Locker) ClaimFenced(ctx context.Context, key string, token int64, value
 	k := l.keysFor(key)
 	claim := l.claimKey(key)
 	counter, err := await(ctx, l, func(ctx context.Context) (int64, error) {
-		return l.store.claimFenced(ctx, k.fence, claim, token, value, ttl)
+		return l.store.ClaimFenced(ctx, k.Fence, claim, token, value, ttl)
 	}, nil)
 	switch {
 	case err != nil:

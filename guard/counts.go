@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jobguard/jobguard/guard/internal/store"
 	"github.com/jobguard/jobguard/guard/observe"
 )
 
@@ -24,7 +25,7 @@ type countSync struct {
 	// its round trips' observer events (a tracing span's, say).
 	obsCtx context.Context
 	done   chan struct{}
-	res    outcome
+	res    store.Outcome
 	err    error
 }
 
@@ -84,33 +85,33 @@ func (h *hold) syncCounts() {
 
 // sendCounts sets the hold's counts in Redis, retrying transport errors
 // for up to the request timeout. op names the round trips for observers.
-func (h *hold) sendCounts(obsCtx context.Context, writes, reads int, op string) (outcome, error) {
+func (h *hold) sendCounts(obsCtx context.Context, writes, reads int, op string) (store.Outcome, error) {
 	l := h.l
 	ctx, cancel := context.WithTimeout(context.Background(), h.timing.timeout)
 	defer cancel()
 	// The marker of a final release outlives every retry: they stop at the
 	// request timeout.
-	a := countArgs{owner: h.owner, writes: writes, reads: reads, marker: 2 * max(h.timing.timeout, time.Second)}
+	a := store.CountArgs{Owner: h.owner, Writes: writes, Reads: reads, Marker: 2 * max(h.timing.timeout, time.Second)}
 	backoff := releaseBackoff
 	for {
-		start := time.Now()
+		start := l.clock.Now()
 		// Through await, so that a try ends at the deadline even while
 		// go-redis waits on a read it does not interrupt; a try that is
 		// given up on may still land, and the next update (they set
 		// counts, not add) or the hold's expiry corrects it.
-		res, err := await(ctx, l, func(ctx context.Context) (outcome, error) {
-			return l.store.setCounts(ctx, h.keys, a)
+		res, err := await(ctx, l, func(ctx context.Context) (store.Outcome, error) {
+			return l.store.SetCounts(ctx, h.keys, a)
 		}, nil)
-		l.obs.Event(obsCtx, observe.RoundTrip, observe.Info{Op: op, Key: h.key, Name: h.name, Duration: time.Since(start), Err: err})
+		l.obs.Event(obsCtx, observe.RoundTrip, observe.Info{Op: op, Key: h.key, Name: h.name, Duration: l.clock.Now().Sub(start), Err: err})
 		if err == nil {
 			return res, nil
 		}
 		if errors.Is(err, ErrWrongType) || ctx.Err() != nil {
 			return 0, redisError(h.key, err)
 		}
-		t := time.NewTimer(backoff)
+		t := l.clock.NewTimer(backoff)
 		select {
-		case <-t.C:
+		case <-t.C():
 			backoff = min(2*backoff, releaseMaxBackoff)
 		case <-ctx.Done():
 			t.Stop()
@@ -123,9 +124,9 @@ func (h *hold) sendCounts(obsCtx context.Context, writes, reads int, op string) 
 // when Redis applied it, or when it could not tell (the key then expires
 // within its TTL); lost when the hold was gone before it. A hold that had
 // ended before (lost, or given up by Close) is left as it ended.
-func (h *hold) settleFinal(res outcome, err error) {
+func (h *hold) settleFinal(res store.Outcome, err error) {
 	l := h.l
-	if err == nil && res != applied {
+	if err == nil && res != store.Applied {
 		h.lose(lostCause(h.key, res))
 		return
 	}

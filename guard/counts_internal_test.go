@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jobguard/jobguard/guard/internal/store"
 	"github.com/jobguard/jobguard/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -32,7 +33,7 @@ func TestReleaseWhileHoldIsLost(t *testing.T) {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup
-		wg.Go(func() { outer.h.lose(lostCause("racing", expired)) })
+		wg.Go(func() { outer.h.lose(lostCause("racing", store.Expired)) })
 		wg.Go(func() {
 			if err := inner.Release(context.Background()); err != nil && !errors.Is(err, ErrNotHeld) {
 				t.Errorf("inner Release: %v", err)

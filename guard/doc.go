@@ -326,21 +326,25 @@ package guard
 
 // Reading the code: the lease protocol in the order a WithLock runs it.
 //
-//	locker.go      Locker, New, the public calls, WithLock's run, Close
+//	locker.go      Locker, New, the public calls, WithLock's run, Close (quorum.go: NewQuorum)
 //	acquire.go     one acquisition: re-entry, attempts, the wait between them
-//	store.go       the seam: what the Locker asks of where leases live, typed
-//	redis_store.go that seam on one Redis deployment: one typed call per script
-//	scripts.go     the script layer: functions (FCALL) or EVALSHA, NOSCRIPT, WAIT;
-//	               scripts/*.lua (prelude.lua explains the hash a lock is)
 //	hold.go        the hold a lease shares with its re-entries, and its end
 //	counts.go      the hold's lease counts, carried to Redis one update at a time
 //	heartbeat.go   when to renew, when to tell a job to stop (timing.go: the rules)
 //	renewal.go     sending renewals in pipelines per node, applying answers
 //	release.go     releasing a lease, retried safely
-//	inspect.go     seeing locks: Inspect, Scan, LockState; force_release.go: ForceRelease;
-//	               redis_inspect.go: their store calls (scripts/inspect.lua); identity.go
-//	notify.go      waking waiters on release notifications (subscribe.go: each
-//	               connection's worker; redis_feed.go: a connection that heals itself)
-//	quorum.go      the seam on N masters (NewQuorum): answers combined by majority;
-//	               quorum_acquire.go (votes, the token's write-back), quorum_feed.go
-//	lease.go, claim.go, claim_fenced.go, options.go, errors.go, observe.go, runner.go: the rest
+//	notify.go      waking waiters on release notices (subscribe.go: each connection's worker)
+//	inspect.go     seeing locks: Inspect, Scan, LockState; force_release.go: ForceRelease
+//	lease.go, claim.go, claim_fenced.go, charge.go, eviction.go, identity.go,
+//	options.go, errors.go, observe.go, runner.go: the rest
+//
+// Below the seam (internal/store: what the Locker asks of where leases live,
+// in typed values; no Redis reply, script or message format crosses it):
+//
+//	internal/redisstore   one Redis deployment: one typed call per script
+//	                      (scripts/*.lua, prelude.lua explains the hash a lock
+//	                      is), the feeds, inspection, the registration and
+//	                      notice formats
+//	internal/quorumstore  N masters (NewQuorum): a redisstore each, answers
+//	                      combined by majority
+//	internal/clock        the time everything above schedules by

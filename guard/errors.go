@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jobguard/jobguard/guard/internal/store"
 )
 
 // Errors returned by this package. Match them with errors.Is; they are often
@@ -39,13 +41,13 @@ var (
 
 	// ErrWrongType means a Redis key of the lock already holds a value of
 	// another type, so it is not a lock this package wrote.
-	ErrWrongType = errors.New("guard: key holds another Redis type")
+	ErrWrongType = store.ErrWrongType
 
 	// ErrNotReplicated means WithReplicaAck was set and too few replicas
 	// acknowledged a request in time. For an acquisition, the hold was
 	// released; it is not contention: the key may be free. For a renewal, it
 	// counts as a failed renewal, retried until the lease's stop time.
-	ErrNotReplicated = errors.New("guard: not acknowledged by enough replicas")
+	ErrNotReplicated = store.ErrNotReplicated
 
 	// ErrInvalid reports a bad argument or option: nil client, empty key,
 	// a TTL or interval that does not fit, and so on.
@@ -64,7 +66,7 @@ var (
 	// key's current holders hold, or by a re-entry whose number differs
 	// from its context's hold. Nothing was acquired. It is not contention:
 	// the holders of one key must agree on its number of permits.
-	ErrPermitsDiffer = errors.New("guard: holders disagree on the key's number of permits")
+	ErrPermitsDiffer = store.ErrPermitsDiffer
 )
 
 // heldError is the detail of an ErrNotAcquired: what Redis answered about

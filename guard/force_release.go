@@ -3,6 +3,8 @@ package guard
 import (
 	"context"
 	"fmt"
+
+	"github.com/jobguard/jobguard/guard/internal/store"
 )
 
 // ForceRelease is an operator's override: it ends every hold on key at
@@ -30,13 +32,13 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (LockState, error
 		return LockState{}, err
 	}
 	k := l.keysFor(key)
-	st, err := await(ctx, l, func(ctx context.Context) (LockState, error) {
-		return l.store.forceRelease(ctx, k)
+	raw, err := await(ctx, l, func(ctx context.Context) (store.LockState, error) {
+		return l.store.ForceRelease(ctx, k)
 	}, nil)
 	if err != nil {
-		return LockState{}, redisError(k.lock, err)
+		return LockState{}, redisError(k.Lock, err)
 	}
-	st.Key = key
+	st := stateOf(key, raw)
 	if len(st.Holders) > 0 {
 		l.log.Warn("guard: lock force-released", "key", key, "holders", len(st.Holders), "waiters", len(st.Waiters))
 	}

@@ -10,17 +10,18 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/jobguard/jobguard/guard/internal/store"
 	"github.com/jobguard/jobguard/internal/redistest"
 )
 
-// Fuzz targets for the checks of keys and options. Their seed corpora (the
+// Fuzz targets for the checks of store.Keys and options. Their seed corpora (the
 // f.Add calls and testdata/fuzz) run with every go test; go test -fuzz
 // explores further:
 //
 //	go test -run '^$' -fuzz '^FuzzKey$' -fuzztime 20s ./guard/
 //	go test -run '^$' -fuzz '^FuzzOptions$' -fuzztime 20s ./guard/
 
-// FuzzKey checks the key rules: checkKey accepts exactly the keys that are
+// FuzzKey checks the key rules: checkKey accepts exactly the store.Keys that are
 // non-empty and have no '}', every other key fails Acquire and Inspect with
 // ErrInvalid before anything is sent, every Redis key and channel of a valid
 // lock lands in the hash slot of the key itself (its {key} hash tag), and a
@@ -63,8 +64,8 @@ func FuzzKey(f *testing.F) {
 			}
 			return
 		}
-		k := keysFor(l.cfg.prefix, key)
-		for _, rk := range []string{k.lock, k.fence, k.channel, k.waiters, k.doneMarker("owner")} {
+		k := store.KeysFor(l.cfg.prefix, key)
+		for _, rk := range []string{k.Lock, k.Fence, k.Channel, k.Waiters, k.DoneMarker("owner")} {
 			if tag := hashTag(rk); tag != key {
 				t.Fatalf("Redis key %q of lock %q hashes on %q, not on the lock's key", rk, key, tag)
 			}
@@ -90,9 +91,9 @@ func FuzzKey(f *testing.F) {
 		if err := le.Release(ctx); err != nil {
 			t.Fatalf("Release(%q): %v", key, err)
 		}
-		n, err := client.Exists(ctx, k.lock).Result()
+		n, err := client.Exists(ctx, k.Lock).Result()
 		if err != nil || n != 0 {
-			t.Fatalf("after Release, EXISTS %q = %d, %v; want 0", k.lock, n, err)
+			t.Fatalf("after Release, EXISTS %q = %d, %v; want 0", k.Lock, n, err)
 		}
 	})
 }

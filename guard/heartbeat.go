@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/jobguard/jobguard/guard/internal/clock"
 )
 
 // heartbeat renews every hold of a Locker with two long-lived goroutines,
@@ -19,7 +21,7 @@ import (
 // follow a renewal or a loss run off these goroutines (see report).
 type heartbeat struct {
 	l       *Locker
-	clock   clock
+	clock   clock.Clock
 	mu      sync.Mutex
 	queue   holdQueue
 	pending []*hold        // due holds for the worker

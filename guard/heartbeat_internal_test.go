@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobguard/jobguard/guard/internal/clock"
+	"github.com/jobguard/jobguard/guard/internal/redisstore"
 	"github.com/jobguard/jobguard/guard/observe"
 	"github.com/jobguard/jobguard/internal/redistest"
 )
@@ -28,8 +30,18 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
-func (c *fakeClock) NewTimer(d time.Duration) timer {
+func (c *fakeClock) NewTimer(d time.Duration) clock.Timer {
 	t := &fakeTimer{c: c, ch: make(chan time.Time, 1)}
+	c.mu.Lock()
+	c.timers = append(c.timers, t)
+	c.mu.Unlock()
+	t.Reset(d)
+	return t
+}
+
+// AfterFunc runs f on a goroutine of its own when Advance passes d.
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	t := &fakeTimer{c: c, fn: f}
 	c.mu.Lock()
 	c.timers = append(c.timers, t)
 	c.mu.Unlock()
@@ -73,7 +85,8 @@ func (c *fakeClock) advanceTo(t *testing.T, at time.Time) {
 
 type fakeTimer struct {
 	c      *fakeClock
-	ch     chan time.Time
+	ch     chan time.Time // nil for an AfterFunc timer
+	fn     func()
 	at     time.Time
 	active bool
 }
@@ -83,9 +96,11 @@ func (t *fakeTimer) C() <-chan time.Time { return t.ch }
 func (t *fakeTimer) Reset(d time.Duration) {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
-	select { // like a time.Timer since Go 1.23: no stale value after Reset
-	case <-t.ch:
-	default:
+	if t.ch != nil {
+		select { // like a time.Timer since Go 1.23: no stale value after Reset
+		case <-t.ch:
+		default:
+		}
 	}
 	t.at, t.active = t.c.now.Add(d), true
 	t.fireLocked()
@@ -100,6 +115,10 @@ func (t *fakeTimer) Stop() {
 func (t *fakeTimer) fireLocked() {
 	if t.active && !t.at.After(t.c.now) {
 		t.active = false
+		if t.fn != nil {
+			go t.fn()
+			return
+		}
 		select {
 		case t.ch <- t.c.now:
 		default:
@@ -122,14 +141,14 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 // newClockedLocker is a Locker on a real Redis whose heartbeat and
 // acquisitions run on clk.
-func newClockedLocker(t *testing.T, srv *redistest.Server, clk clock, opts ...Option) *Locker {
+func newClockedLocker(t *testing.T, srv *redistest.Server, clk clock.Clock, opts ...Option) *Locker {
 	t.Helper()
 	// A failed test may leave a lease held; Close need not wait the TTL for it.
 	cfg, err := newConfig(append([]Option{WithCloseTimeout(time.Second)}, opts...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLocker(newRedisStore(srv.Client(t), 0, 0), clk, cfg)
+	l := newLocker(redisstore.New(srv.Client(t), redisstore.Options{}), clk, cfg)
 	t.Cleanup(func() { _ = l.Close() })
 	return l
 }

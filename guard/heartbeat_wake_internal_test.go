@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobguard/jobguard/guard/internal/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -23,7 +24,7 @@ func TestSchedulerWakesAtNextDueAfterSlowCancellations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLocker(newRedisStore(client, 0, 0), clk, cfg)
+	l := newLocker(redisstore.New(client, redisstore.Options{}), clk, cfg)
 	t.Cleanup(func() { _ = l.Close() })
 
 	tm, err := newTiming(30*time.Second, 10*time.Second, 3*time.Second, 3*time.Second)

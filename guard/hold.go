@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobguard/jobguard/guard/internal/store"
 	"github.com/jobguard/jobguard/guard/observe"
 )
 
@@ -18,7 +19,7 @@ type hold struct {
 	l      *Locker
 	key    string
 	name   string // for observers: the Name option, or the key
-	keys   keys
+	keys   store.Keys
 	owner  string // unguessable owner id: 130 random bits
 	token  int64
 	timing timing
@@ -58,13 +59,13 @@ type hold struct {
 // sent, and starts renewing it.
 func (l *Locker) newHold(a *acquisition, token int64, sent time.Time) (*Lease, error) {
 	h := &hold{
-		l: l, key: a.key, name: a.lc.name, keys: a.keys, owner: a.args.owner, token: token,
-		timing: a.timing, start: sent, index: -1, permits: a.args.permits,
+		l: l, key: a.key, name: a.lc.name, keys: a.keys, owner: a.args.Owner, token: token,
+		timing: a.timing, start: sent, index: -1, permits: a.args.Permits,
 		leaseEnd: a.timing.safeEnd(sent), nextRenew: sent.Add(a.timing.interval),
 	}
 	h.obsCtx = context.WithoutCancel(a.parent)
 	h.ctx, h.cancel = context.WithCancelCause(withHold(h.obsCtx, h))
-	h.writes, h.reads = counts(0, 0, a.args.write, +1)
+	h.writes, h.reads = counts(0, 0, a.args.Write, +1)
 	h.sentWrites, h.sentReads = h.writes, h.reads
 	l.mu.Lock()
 	if l.isClosed() {
@@ -82,10 +83,10 @@ func (l *Locker) newHold(a *acquisition, token int64, sent time.Time) (*Lease, e
 		l.runner.start(l.warnEviction)
 	}
 	if l.debugEnabled() {
-		l.log.Debug("guard: acquired", "key", h.key, "token", token, "write", a.args.write)
+		l.log.Debug("guard: acquired", "key", h.key, "token", token, "write", a.args.Write)
 	}
-	l.obs.Event(h.obsCtx, observe.Held, observe.Info{Key: h.key, Name: h.name, Write: a.args.write, TTL: h.timing.ttl, Token: token, Delta: +1})
-	return newLease(h, a.args.write, false), nil
+	l.obs.Event(h.obsCtx, observe.Held, observe.Info{Key: h.key, Name: h.name, Write: a.args.Write, TTL: h.timing.ttl, Token: token, Delta: +1})
+	return newLease(h, a.args.Write, false), nil
 }
 
 // counts returns hold counts after adding delta leases of one mode.
@@ -141,8 +142,8 @@ func (h *hold) lossCause() error {
 	return nil
 }
 
-func lostCause(key string, res outcome) error {
-	if res == taken {
+func lostCause(key string, res store.Outcome) error {
+	if res == store.Taken {
 		return fmt.Errorf("%w: %q is held by another owner", ErrLeaseLost, key)
 	}
 	return fmt.Errorf("%w: %q expired or was force-released", ErrLeaseLost, key)
@@ -181,16 +182,16 @@ func (h *hold) renewable(now time.Time) bool {
 // settle applies the answer to h's renewal sent at sent and received at
 // now: a success moves the safe end, a failure schedules a retry. It
 // returns the cause when the answer means the hold is lost.
-func (h *hold) settle(r renewReply, sent, now time.Time) (lost error) {
+func (h *hold) settle(r store.RenewReply, sent, now time.Time) (lost error) {
 	h.inFlight = false
 	switch {
-	case errors.Is(r.err, ErrWrongType):
+	case errors.Is(r.Err, ErrWrongType):
 		// Not a fault that a retry outlives: the key is not a lock now.
-		return fmt.Errorf("%w: %w", ErrLeaseLost, r.err)
-	case r.err != nil:
+		return fmt.Errorf("%w: %w", ErrLeaseLost, r.Err)
+	case r.Err != nil:
 		h.nextRenew, h.retrying = now.Add(h.timing.retryEvery()), true
 		return nil
-	case r.outcome == applied:
+	case r.Outcome == store.Applied:
 		h.retrying = false
 		if end := h.timing.safeEnd(sent); end.After(h.leaseEnd) {
 			h.leaseEnd = end
@@ -199,7 +200,7 @@ func (h *hold) settle(r renewReply, sent, now time.Time) (lost error) {
 		h.renewals++
 		return nil
 	default:
-		return lostCause(h.key, r.outcome)
+		return lostCause(h.key, r.Outcome)
 	}
 }
 

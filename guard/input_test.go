@@ -205,7 +205,7 @@ func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
 
 func readScript(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("scripts", name))
+	b, err := os.ReadFile(filepath.Join("internal", "redisstore", "scripts", name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/jobguard/jobguard/guard/internal/store"
 )
 
 // LockState is what one lock is at one instant of the Redis server's clock:
@@ -96,20 +98,20 @@ func (l *Locker) Inspect(ctx context.Context, key string) (LockState, error) {
 		return LockState{}, err
 	}
 	k := l.keysFor(key)
-	st, err := await(ctx, l, func(ctx context.Context) (LockState, error) {
-		return l.store.inspect(ctx, k)
+	raw, err := await(ctx, l, func(ctx context.Context) (store.LockState, error) {
+		return l.store.Inspect(ctx, k)
 	}, nil)
 	if err != nil {
-		return LockState{}, redisError(k.lock, err)
+		return LockState{}, redisError(k.Lock, err)
 	}
-	st.Key = key
+	st := stateOf(key, raw)
 	return st, nil
 }
 
 // scanPage is one page of a walk over the locks: see store.scanLocks.
 type scanPage struct {
 	names []string
-	next  scanCursor
+	next  store.ScanCursor
 	more  bool
 }
 
@@ -138,10 +140,10 @@ func (l *Locker) Scan(ctx context.Context, match string, fn func(LockState) erro
 		match = "*"
 	}
 	seen := make(map[string]bool)
-	var cursor scanCursor
+	var cursor store.ScanCursor
 	for {
 		page, err := await(ctx, l, func(ctx context.Context) (scanPage, error) {
-			names, next, more, err := l.store.scanLocks(ctx, l.cfg.prefix, match, cursor)
+			names, next, more, err := l.store.ScanLocks(ctx, l.cfg.prefix, match, cursor)
 			return scanPage{names, next, more}, err
 		}, nil)
 		if err != nil {
@@ -170,4 +172,16 @@ func (l *Locker) Scan(ctx context.Context, match string, fn func(LockState) erro
 		}
 		cursor = page.next
 	}
+}
+
+// stateOf is the public form of a store's answer about the lock on key.
+func stateOf(key string, st store.LockState) LockState {
+	out := LockState{Key: key, Fence: st.Fence, Permits: st.Permits}
+	for _, h := range st.Holders {
+		out.Holders = append(out.Holders, Holder(h))
+	}
+	for _, w := range st.Waiters {
+		out.Waiters = append(out.Waiters, Waiter(w))
+	}
+	return out
 }

@@ -11,9 +11,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
+	"github.com/jobguard/jobguard/guard/internal/clock"
+	"github.com/jobguard/jobguard/guard/internal/redisstore"
+	"github.com/jobguard/jobguard/guard/internal/store"
 	"github.com/jobguard/jobguard/guard/observe"
+	"github.com/jobguard/jobguard/internal/throttle"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -23,8 +26,8 @@ import (
 // for busy keys on one pub/sub subscription (per master on a quorum). A Locker is safe for
 // concurrent use; share one per process and Close it on shutdown.
 type Locker struct {
-	store store
-	clock clock
+	store store.Store
+	clock clock.Clock
 	id    string // names this Locker in the registrations of its waiting acquisitions
 	cfg   config
 	log   *slog.Logger
@@ -32,7 +35,8 @@ type Locker struct {
 
 	hb     *heartbeat
 	notify *notifier
-	runner runner // runs requests that may outlive their caller's ctx
+	runner runner             // runs requests that may outlive their caller's ctx
+	busy   *throttle.Throttle // which busy keys to log at Info
 
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -70,11 +74,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if _, cluster := client.(*redis.ClusterClient); cluster && cfg.replicas > 0 {
 		return nil, fmt.Errorf("%w: WithReplicaAck is not supported with a Cluster client", ErrInvalid)
 	}
-	return newLocker(newRedisStore(client, cfg.replicas, cfg.replicaTimeout), realClock{}, cfg), nil
+	st := redisstore.New(client, redisstore.Options{Replicas: cfg.replicas, ReplicaTimeout: cfg.replicaTimeout})
+	return newLocker(st, clock.Real{}, cfg), nil
 }
 
 // newLocker starts a Locker on a store whose configuration is valid.
-func newLocker(s store, c clock, cfg config) *Locker {
+func newLocker(s store.Store, c clock.Clock, cfg config) *Locker {
 	l := &Locker{
 		store:  s,
 		clock:  c,
@@ -84,6 +89,7 @@ func newLocker(s store, c clock, cfg config) *Locker {
 		obs:    cfg.observer,
 		closed: make(chan struct{}),
 		holds:  make(map[*hold]struct{}),
+		busy:   throttle.New(throttle.Every, throttle.Keys),
 	}
 	l.life, l.endLife = context.WithCancel(context.Background())
 	l.hb = newHeartbeat(l)
@@ -213,16 +219,16 @@ func (l *Locker) ValidateLockOptions(opts ...LockOption) error {
 
 // lockConfig applies opts for an acquisition of key (a write lease when
 // write is set) on this Locker and validates them: newLockConfig's checks,
-// and that a quorum takes no permits.
+// and that the store bounds permits if they are asked for.
 func (l *Locker) lockConfig(key string, write bool, opts []LockOption) (lockConfig, error) {
 	lc, err := newLockConfig(l.cfg.ttl, key, write, opts)
 	if err != nil {
 		return lc, err
 	}
-	if _, quorum := l.store.(*quorumStore); quorum && lc.permits > 1 {
-		// Each master would admit n holders of its own: n+1 holders can
-		// each hold a majority (3 masters, n = 2: {1,2} {2,3} {1,3}), so a
-		// majority does not bound them by n.
+	if lc.permits > 1 && !l.store.Caps().Permits {
+		// A quorum: each master would admit n holders of its own, and n+1
+		// holders can each hold a majority (3 masters, n = 2: {1,2} {2,3}
+		// {1,3}), so a majority does not bound them by n.
 		return lc, fmt.Errorf("%w: Permits(%d) on a quorum (NewQuorum): a majority of masters that each admit %d holders does not bound the fleet by %d", ErrInvalid, lc.permits, lc.permits, lc.permits)
 	}
 	return lc, nil
@@ -246,7 +252,7 @@ func checkKey(key string) error {
 	return nil
 }
 
-func (l *Locker) keysFor(name string) keys { return keysFor(l.cfg.prefix, name) }
+func (l *Locker) keysFor(name string) store.Keys { return store.KeysFor(l.cfg.prefix, name) }
 
 // Close shuts the Locker down. New acquisitions fail with ErrClosed at once.
 // The contexts of the leases it still holds are canceled with a cause
@@ -281,17 +287,17 @@ func (l *Locker) Close() error {
 		for _, h := range holds {
 			h.cancel(closingCause{h})
 		}
-		timer := time.NewTimer(l.cfg.closeTimeout)
+		timer := l.clock.NewTimer(l.cfg.closeTimeout)
 		select {
 		case <-drained:
-		case <-timer.C:
+		case <-timer.C():
 		}
 		timer.Stop()
 		l.abandon()
 		l.hb.close()
 		l.notify.close()
 		l.runner.stop()
-		_ = l.store.close()
+		_ = l.store.Close()
 	})
 	return nil
 }
@@ -348,6 +354,19 @@ func (l *Locker) abandon() {
 	for _, h := range ended {
 		l.log.Error("guard: lease still held when Close timed out; left to expire", "key", h.key, "token", h.token)
 		h.reportLost(cause)
+	}
+}
+
+// logBusy logs that key was busy: at Info the first time and then at
+// most once a minute per key, with how many were not logged since (a busy
+// key is the normal state of a fleet), at Debug otherwise.
+func (l *Locker) logBusy(msg, key string, args ...any) {
+	if ok, suppressed := l.busy.Allow(key, l.clock.Now()); ok {
+		l.log.Info(msg, append([]any{"key", key, "suppressed", suppressed}, args...)...)
+		return
+	}
+	if l.debugEnabled() {
+		l.log.Debug(msg, append([]any{"key", key}, args...)...)
 	}
 }
 

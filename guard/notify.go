@@ -3,11 +3,12 @@ package guard
 import (
 	"context"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jobguard/jobguard/guard/internal/clock"
+	"github.com/jobguard/jobguard/guard/internal/store"
 )
 
 // notifier turns release messages into wake-ups for waiting acquisitions.
@@ -45,10 +46,10 @@ type notifier struct {
 
 type channelState struct {
 	channel string
-	keys    keys
+	keys    store.Keys
 	shard   *shard
-	backup  *time.Timer   // wakes the first waiter if the named Locker does not act
-	expiry  *time.Timer   // wakes the first waiter when another Locker's grant would expire
+	backup  clock.Timer   // wakes the first waiter if the named Locker does not act
+	expiry  clock.Timer   // wakes the first waiter when another Locker's grant would expire
 	ready   chan struct{} // closed when the server confirmed the subscription
 	live    bool          // confirmed at least once
 	seq     uint64        // messages and resubscriptions seen
@@ -110,8 +111,8 @@ func newNotifier(l *Locker) *notifier {
 // confirmed, ctx is done, the request timeout passed or the Locker closes;
 // in all but the first case the waiter still works, on its fallback
 // timer. Subscribing is the channel's shard's work: join only asks for it.
-func (n *notifier) join(ctx context.Context, k keys, write bool, owner string) (*waiter, error) {
-	channel := k.channel
+func (n *notifier) join(ctx context.Context, k store.Keys, write bool, owner string) (*waiter, error) {
+	channel := k.Channel
 	w := &waiter{n: n, channel: channel, write: write, owner: owner, C: make(chan struct{}, 1)}
 	n.mu.Lock()
 	if n.closed {
@@ -120,7 +121,7 @@ func (n *notifier) join(ctx context.Context, k keys, write bool, owner string) (
 	}
 	st := n.chans[channel]
 	if st == nil {
-		sh := n.shardLocked(n.l.store.feedSlot(channel))
+		sh := n.shardLocked(n.l.store.FeedSlot(channel))
 		st = &channelState{channel: channel, keys: k, shard: sh, ready: make(chan struct{})}
 		n.chans[channel] = st
 		sh.want[channel] = st
@@ -129,12 +130,12 @@ func (n *notifier) join(ctx context.Context, k keys, write bool, owner string) (
 	st.waiters = append(st.waiters, w)
 	ready := st.ready
 	n.mu.Unlock()
-	timer := time.NewTimer(n.l.cfg.requestTimeout)
-	defer timer.Stop()
+	t := n.l.clock.NewTimer(n.l.cfg.requestTimeout)
+	defer t.Stop()
 	select {
 	case <-ready:
 	case <-ctx.Done():
-	case <-timer.C:
+	case <-t.C():
 	case <-n.l.closed:
 	}
 	return w, nil
@@ -159,47 +160,11 @@ func (n *notifier) confirmed(channel string) {
 	}
 }
 
-// notice is one message of a lock's channel (set_counts.lua, acquire.lua,
-// inspect.lua), parsed.
-type notice struct {
-	kind string // free, linger, held, read, taken or grant
-	// locker is the Locker named to act, "" for none; for a grant, the
-	// grantee's.
-	locker string
-	// owner is a grant's grantee, or the owner whose drop (a hold never
-	// handed to its caller) sent the message; "" for a release.
-	owner string
-	token int64         // grant
-	left  time.Duration // grant: how long the granted hold lasts unless renewed; 0 when not told
-}
-
-// parseNotice parses a payload: '<kind>[ <locker>[ <owner>]]', and for a
-// grant 'grant <locker> <owner> <token>[ <ms left>]'.
-func parseNotice(payload string) (notice, bool) {
-	kind, rest, _ := strings.Cut(payload, " ")
-	nt := notice{kind: kind}
-	nt.locker, rest, _ = strings.Cut(rest, " ")
-	nt.owner, rest, _ = strings.Cut(rest, " ")
-	if kind != "grant" {
-		return nt, true
-	}
-	digits, ms, _ := strings.Cut(rest, " ")
-	token, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil || token <= 0 {
-		return nt, false
-	}
-	nt.token = token
-	if left, err := strconv.ParseInt(ms, 10, 64); err == nil && left > 0 {
-		nt.left = time.Duration(left) * time.Millisecond
-	}
-	return nt, true
-}
-
-// released wakes waiters for a message: "read" lets readers in; "taken"
-// says a waiter got the key; "grant" that a release gave it to the waiter
-// it names; the others name the Locker whose first waiter (and the readers
-// behind a reader) should try.
-func (n *notifier) released(channel, payload string) {
+// released wakes waiters for a notice of channel: NoticeRead lets readers
+// in; NoticeTaken says a waiter got the key; NoticeGrant that a release
+// gave it to the waiter it names; the others name the Locker whose first
+// waiter (and the readers behind a reader) should try.
+func (n *notifier) released(channel string, nt store.Notice) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	st := n.chans[channel]
@@ -207,33 +172,29 @@ func (n *notifier) released(channel, payload string) {
 		return
 	}
 	st.seq++
-	nt, ok := parseNotice(payload)
-	if !ok {
-		return
-	}
 	// Whatever happened supersedes a grant's expiry timer.
 	if st.expiry != nil {
 		st.expiry.Stop()
 	}
 	switch {
-	case nt.kind == "taken" || nt.kind == "grant":
+	case nt.Kind == store.NoticeTaken || nt.Kind == store.NoticeGrant:
 		if st.backup != nil {
 			st.backup.Stop()
 		}
-		if nt.kind == "grant" {
+		if nt.Kind == store.NoticeGrant {
 			n.granted(st, nt)
 		}
 	case len(st.waiters) == 0:
-	case nt.kind == "read":
+	case nt.Kind == store.NoticeRead:
 		for _, w := range st.waiters {
 			if !w.write {
 				w.wake()
 			}
 		}
-	case nt.locker == "" || nt.locker == n.l.id:
-		st.wakeFirst(nt.owner)
+	case nt.Locker == "" || nt.Locker == n.l.id:
+		st.wakeFirst(nt.Owner)
 	case st.backup == nil:
-		st.backup = time.AfterFunc(handOffGrace, func() { n.handOffMissed(st) })
+		st.backup = n.l.clock.AfterFunc(handOffGrace, func() { n.handOffMissed(st) })
 	default:
 		st.backup.Reset(handOffGrace)
 	}
@@ -246,21 +207,21 @@ func (n *notifier) released(channel, payload string) {
 // to another Locker wakes this one's first waiter once the grant has had
 // time to expire: a grantee that crashed never renews it, and its expiry
 // publishes nothing.
-func (n *notifier) granted(st *channelState, nt notice) {
-	if nt.locker != n.l.id {
-		if nt.left > 0 && len(st.waiters) > 0 {
-			wake := func() { n.grantExpired(st) }
+func (n *notifier) granted(st *channelState, nt store.Notice) {
+	if nt.Locker != n.l.id {
+		if nt.Left > 0 && len(st.waiters) > 0 {
+			wait := nt.Left + time.Millisecond
 			if st.expiry == nil {
-				st.expiry = time.AfterFunc(nt.left+time.Millisecond, wake)
+				st.expiry = n.l.clock.AfterFunc(wait, func() { n.grantExpired(st) })
 			} else {
-				st.expiry.Reset(nt.left + time.Millisecond)
+				st.expiry.Reset(wait)
 			}
 		}
 		return
 	}
 	for _, w := range st.waiters {
-		if w.owner == nt.owner {
-			w.granted.Store(nt.token)
+		if w.owner == nt.Owner {
+			w.granted.Store(nt.Token)
 			w.wake()
 			return
 		}
@@ -344,7 +305,7 @@ func (w *waiter) leave() {
 		return
 	}
 	delete(n.chans, w.channel)
-	for _, t := range []*time.Timer{st.backup, st.expiry} {
+	for _, t := range []clock.Timer{st.backup, st.expiry} {
 		if t != nil {
 			t.Stop()
 		}
@@ -362,7 +323,7 @@ func (w *waiter) leave() {
 // they are woken, since one may have been missed, and the slot's
 // connection is replaced by one to the slot's current node. A connection
 // sh no longer uses (replaced, or its shard ended) is not heard.
-func (n *notifier) dropped(sh *shard, f feed, channel string) {
+func (n *notifier) dropped(sh *shard, f store.Feed, channel string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.shards[sh.slot] != sh || sh.feed != f {
@@ -403,7 +364,7 @@ func (n *notifier) close() {
 	n.mu.Lock()
 	n.closed = true
 	for _, st := range n.chans {
-		for _, t := range []*time.Timer{st.backup, st.expiry} {
+		for _, t := range []clock.Timer{st.backup, st.expiry} {
 			if t != nil {
 				t.Stop()
 			}

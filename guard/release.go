@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jobguard/jobguard/guard/internal/store"
 	"github.com/jobguard/jobguard/guard/observe"
 )
 
@@ -43,11 +44,11 @@ func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 		return fmt.Errorf("guard: release %q: %w", h.key, s.err)
 	case s.err != nil:
 		return s.err
-	case s.res == applied:
+	case s.res == store.Applied:
 		return nil
 	}
 	h.lose(lostCause(h.key, s.res))
-	if s.res == taken {
+	if s.res == store.Taken {
 		return fmt.Errorf("%w: %q is now held by another owner", ErrNotHeld, h.key)
 	}
 	return fmt.Errorf("%w: %q expired before it was released", ErrNotHeld, h.key)
@@ -62,9 +63,9 @@ func (l *Locker) releaseEnded(ctx context.Context, h *hold, s *countSync) error 
 	if s != nil {
 		switch err := s.await(ctx, h); {
 		case err != nil, s.err != nil:
-		case s.res == applied:
+		case s.res == store.Applied:
 			state = "; it was still held and is now released"
-		case s.res == taken:
+		case s.res == store.Taken:
 			state = "; the key is now held by another owner"
 		default:
 			state = "; the key expired"

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jobguard/jobguard/guard/internal/store"
 	"github.com/jobguard/jobguard/guard/observe"
 )
 
@@ -57,7 +58,7 @@ func (hb *heartbeat) renew() {
 func (hb *heartbeat) renewalGroup(h *hold) string {
 	ctx, cancel := context.WithTimeout(context.Background(), h.timing.timeout)
 	defer cancel()
-	return hb.l.store.renewalGroup(ctx, h.keys.lock)
+	return hb.l.store.RenewalGroup(ctx, h.keys.Lock)
 }
 
 // claim reserves a place for one more pipeline to node, if it has one.
@@ -97,8 +98,8 @@ func (hb *heartbeat) renewBatch(batch []*hold) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	sent := hb.clock.Now()
 	// Not request: the round trip is reported off this goroutine, below.
-	results, err := await(ctx, l, func(ctx context.Context) ([]renewReply, error) {
-		return l.store.renew(ctx, renewArgsOf(batch))
+	results, err := await(ctx, l, func(ctx context.Context) ([]store.RenewReply, error) {
+		return l.store.Renew(ctx, renewArgsOf(batch))
 	}, nil)
 	cancel()
 	rtt := hb.clock.Now().Sub(sent)
@@ -106,13 +107,13 @@ func (hb *heartbeat) renewBatch(batch []*hold) {
 		err = fmt.Errorf("guard: %d renewal replies for %d leases", len(results), len(batch))
 	}
 	if err != nil {
-		results = make([]renewReply, len(batch))
+		results = make([]store.RenewReply, len(batch))
 		for i := range results {
-			results[i].err = err
+			results[i].Err = err
 		}
 	}
 	for i, h := range batch {
-		results[i].err = redisError(h.key, results[i].err)
+		results[i].Err = redisError(h.key, results[i].Err)
 	}
 	failed, lost, causes, early := hb.apply(batch, results, sent)
 	if early {
@@ -153,7 +154,7 @@ type failedRenewal struct {
 // holds to come due into a batch per answer: it takes every hold whose
 // window has opened when it wakes, and an answer comes back while the next
 // holds' windows are still opening.
-func (hb *heartbeat) apply(batch []*hold, results []renewReply, sent time.Time) (failed []failedRenewal, lost []*hold, causes map[*hold]error, early bool) {
+func (hb *heartbeat) apply(batch []*hold, results []store.RenewReply, sent time.Time) (failed []failedRenewal, lost []*hold, causes map[*hold]error, early bool) {
 	causes = make(map[*hold]error)
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
@@ -168,8 +169,8 @@ func (hb *heartbeat) apply(batch []*hold, results []renewReply, sent time.Time) 
 			heap.Remove(&hb.queue, h.index)
 			lost = append(lost, h)
 			causes[h] = cause
-		case results[i].err != nil:
-			failed = append(failed, failedRenewal{h, results[i].err})
+		case results[i].Err != nil:
+			failed = append(failed, failedRenewal{h, results[i].Err})
 			fallthrough
 		default:
 			heap.Fix(&hb.queue, h.index)
@@ -179,10 +180,10 @@ func (hb *heartbeat) apply(batch []*hold, results []renewReply, sent time.Time) 
 	return failed, lost, causes, early
 }
 
-func renewArgsOf(batch []*hold) []renewArgs {
-	args := make([]renewArgs, len(batch))
+func renewArgsOf(batch []*hold) []store.RenewArgs {
+	args := make([]store.RenewArgs, len(batch))
 	for i, h := range batch {
-		args[i] = renewArgs{lock: h.keys.lock, owner: h.owner, ttl: h.timing.ttl}
+		args[i] = store.RenewArgs{Lock: h.keys.Lock, Owner: h.owner, TTL: h.timing.ttl}
 	}
 	return args
 }

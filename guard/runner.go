@@ -141,9 +141,9 @@ func await[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, e
 // request runs one store operation for the Locker through await and reports
 // its round trip to the observer; rt names it (Op, Key, Name).
 func request[T any](ctx context.Context, l *Locker, rt observe.Info, fn func(context.Context) (T, error), abandoned func(T, error)) (T, error) {
-	start := time.Now()
+	start := l.clock.Now()
 	v, err := await(ctx, l, fn, abandoned)
-	rt.Duration, rt.Err = time.Since(start), err
+	rt.Duration, rt.Err = l.clock.Now().Sub(start), err
 	l.obs.Event(ctx, observe.RoundTrip, rt)
 	return v, err
 }

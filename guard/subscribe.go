@@ -3,6 +3,8 @@ package guard
 import (
 	"context"
 	"time"
+
+	"github.com/jobguard/jobguard/guard/internal/store"
 )
 
 // shard is one subscription connection and the channels its waiters want
@@ -19,7 +21,7 @@ type shard struct {
 	// Guarded by the notifier's mu.
 	want  map[string]*channelState // channels with waiters, each wanted for its state
 	stale bool                     // the connection must be replaced (its slot moved)
-	feed  feed                     // the connection now, nil while there is none
+	feed  store.Feed               // the connection now, nil while there is none
 	// unsubscribing counts the unsubscriptions of each channel asked for
 	// on feed and not yet confirmed: their confirmations are not drops
 	// (see notifier.dropped).
@@ -49,10 +51,10 @@ type subscription struct {
 // serve runs sh's connection until the Locker closes or, for a Cluster
 // slot's shard, until no waiter wants any of its channels.
 func (n *notifier) serve(sh *shard) {
-	var f feed
+	var f store.Feed
 	var node string // where f was opened: the slot's master on Cluster
 	have := make(map[string]*channelState)
-	setFeed := func(to feed) {
+	setFeed := func(to store.Feed) {
 		n.mu.Lock()
 		sh.feed = to
 		clear(sh.unsubscribing) // confirmations of the old one no longer come
@@ -61,7 +63,7 @@ func (n *notifier) serve(sh *shard) {
 	}
 	defer func() {
 		if f != nil {
-			_ = f.close()
+			_ = f.Close()
 		}
 	}()
 	for {
@@ -74,7 +76,7 @@ func (n *notifier) serve(sh *shard) {
 		case next.replace:
 			old := f
 			setFeed(nil)
-			_ = old.close()
+			_ = old.Close()
 			clear(have)
 			n.awaitMove(sh, node)
 			continue
@@ -97,14 +99,14 @@ func (n *notifier) serve(sh *shard) {
 			}
 		}
 		for _, st := range subscribe {
-			n.request(func(ctx context.Context) error { return f.subscribe(ctx, st.channel) })
+			n.request(func(ctx context.Context) error { return f.Subscribe(ctx, st.channel) })
 			// go-redis keeps the channel and subscribes it again on its
 			// next connection should this request fail: the waiters
 			// wait on their timers meanwhile.
 			have[st.channel] = st
 		}
 		for _, channel := range next.drop {
-			if err := n.request(func(ctx context.Context) error { return f.unsubscribe(ctx, channel) }); err != nil {
+			if err := n.request(func(ctx context.Context) error { return f.Unsubscribe(ctx, channel) }); err != nil {
 				n.unsubscribed(sh, channel) // no confirmation comes for a request that failed
 			}
 			delete(have, channel)
@@ -124,7 +126,7 @@ func (n *notifier) nextLocked(sh *shard, open bool, have map[string]*channelStat
 			return subscription{replace: true}
 		}
 	}
-	if len(sh.want) == 0 && sh.slot != noSlot {
+	if len(sh.want) == 0 && sh.slot != store.NoSlot {
 		// A Cluster slot's connection is closed when its waiters are gone
 		// (serve's deferred close ends its subscriptions on the server). A
 		// waiter that comes later starts a shard of its own.
@@ -143,7 +145,7 @@ func (n *notifier) nextLocked(sh *shard, open bool, have map[string]*channelStat
 		if _, ok := sh.want[channel]; ok {
 			continue
 		}
-		if sh.slot != noSlot {
+		if sh.slot != store.NoSlot {
 			sh.unsubscribing[channel]++
 		}
 		next.drop = append(next.drop, channel)
@@ -155,18 +157,18 @@ func (n *notifier) nextLocked(sh *shard, open bool, have map[string]*channelStat
 // subscribed (on Cluster, where a connection goes to the node of its first
 // channel). It returns the node it was opened for (the slot's master on
 // Cluster, "" elsewhere).
-func (n *notifier) open(channel string) (f feed, node string, subscribed bool) {
+func (n *notifier) open(channel string) (f store.Feed, node string, subscribed bool) {
 	ctx, cancel := context.WithTimeout(n.life, n.l.cfg.requestTimeout)
 	defer cancel()
-	node = n.l.store.renewalGroup(ctx, channel)
-	f, subscribed = n.l.store.openFeed(ctx, channel)
+	node = n.l.store.RenewalGroup(ctx, channel)
+	f, subscribed = n.l.store.OpenFeed(ctx, channel)
 	return f, node, subscribed
 }
 
 // read starts the reader of f, sh's connection, until f is closed.
-func (n *notifier) read(sh *shard, f feed) {
+func (n *notifier) read(sh *shard, f store.Feed) {
 	dropped := func(channel string) { n.dropped(sh, f, channel) }
-	n.wg.Go(func() { f.read(n.confirmed, dropped, n.released) })
+	n.wg.Go(func() { f.Read(store.FeedEvents{Confirmed: n.confirmed, Dropped: dropped, Notice: n.released}) })
 }
 
 // request runs one subscription request, bounded by the request timeout
@@ -202,13 +204,13 @@ func (n *notifier) awaitMove(sh *shard, node string) {
 	ctx, cancel := context.WithTimeout(n.life, n.l.cfg.requestTimeout)
 	defer cancel()
 	for ctx.Err() == nil {
-		n.l.store.refresh(ctx)
-		if n.l.store.renewalGroup(ctx, channel) != node {
+		n.l.store.Refresh(ctx)
+		if n.l.store.RenewalGroup(ctx, channel) != node {
 			return
 		}
-		t := time.NewTimer(50 * time.Millisecond)
+		t := n.l.clock.NewTimer(50 * time.Millisecond)
 		select {
-		case <-t.C:
+		case <-t.C():
 		case <-ctx.Done():
 			t.Stop()
 		}

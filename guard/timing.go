@@ -72,29 +72,3 @@ func (c *config) scaled(ttl time.Duration) (timing, error) {
 	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * float64(ttl) / float64(c.ttl)) }
 	return newTiming(ttl, scale(c.renewInterval), scale(c.stopGrace), scale(c.requestTimeout))
 }
-
-// clock is the time the heartbeat and acquisitions schedule by. It is a
-// field, as in client-go's leader election, so that tests can drive the
-// schedule without sleeping.
-type clock interface {
-	Now() time.Time
-	NewTimer(d time.Duration) timer
-}
-
-// timer is the part of *time.Timer the scheduler uses.
-type timer interface {
-	C() <-chan time.Time
-	Reset(d time.Duration)
-	Stop()
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                 { return time.Now() }
-func (realClock) NewTimer(d time.Duration) timer { return realTimer{time.NewTimer(d)} }
-
-type realTimer struct{ t *time.Timer }
-
-func (r realTimer) C() <-chan time.Time   { return r.t.C }
-func (r realTimer) Reset(d time.Duration) { r.t.Reset(d) }
-func (r realTimer) Stop()                 { r.t.Stop() }

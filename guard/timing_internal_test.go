@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jobguard/jobguard/guard/internal/store"
 )
 
 // t0 is an arbitrary instant for schedule tests.
@@ -161,21 +163,21 @@ func TestSettle(t *testing.T) {
 	transport := errors.New("i/o timeout")
 	tests := []struct {
 		name         string
-		reply        renewReply
+		reply        store.RenewReply
 		lost         error // matched with errors.Is; nil: kept
 		leaseEnd     time.Time
 		nextRenew    time.Time
 		renewalsDone int
 	}{
-		{"renewed", renewReply{outcome: applied}, nil,
+		{"renewed", store.RenewReply{Outcome: store.Applied}, nil,
 			sent.Add(30*time.Second - 302*time.Millisecond), sent.Add(10 * time.Second), 1},
-		{"transport error retries soon", renewReply{err: transport}, nil,
+		{"transport error retries soon", store.RenewReply{Err: transport}, nil,
 			t0.Add(30*time.Second - 302*time.Millisecond), now.Add(time.Second), 0},
-		{"expired", renewReply{outcome: expired}, ErrLeaseLost,
+		{"expired", store.RenewReply{Outcome: store.Expired}, ErrLeaseLost,
 			t0.Add(30*time.Second - 302*time.Millisecond), t0.Add(10 * time.Second), 0},
-		{"taken", renewReply{outcome: taken}, ErrLeaseLost,
+		{"taken", store.RenewReply{Outcome: store.Taken}, ErrLeaseLost,
 			t0.Add(30*time.Second - 302*time.Millisecond), t0.Add(10 * time.Second), 0},
-		{"wrong type loses at once", renewReply{err: fmt.Errorf("%w: lock", ErrWrongType)}, ErrWrongType,
+		{"wrong type loses at once", store.RenewReply{Err: fmt.Errorf("%w: lock", ErrWrongType)}, ErrWrongType,
 			t0.Add(30*time.Second - 302*time.Millisecond), t0.Add(10 * time.Second), 0},
 	}
 	for _, tc := range tests {
@@ -201,7 +203,7 @@ func TestSettle(t *testing.T) {
 func TestSettleKeepsLaterEnd(t *testing.T) {
 	h := testHold("a", 20*time.Second)
 	end := h.leaseEnd
-	h.settle(renewReply{outcome: applied}, t0.Add(10*time.Second), t0.Add(21*time.Second))
+	h.settle(store.RenewReply{Outcome: store.Applied}, t0.Add(10*time.Second), t0.Add(21*time.Second))
 	if !h.leaseEnd.Equal(end) {
 		t.Fatalf("leaseEnd moved from %v to %v by an older renewal", end.Sub(t0), h.leaseEnd.Sub(t0))
 	}
@@ -219,7 +221,7 @@ func TestFailedRenewalWaitsToRetry(t *testing.T) {
 	if _, due := q.take(failedAt); len(due) != 1 {
 		t.Fatal("renewal not due at its time")
 	}
-	h.settle(renewReply{err: errors.New("connection refused")}, failedAt, failedAt)
+	h.settle(store.RenewReply{Err: errors.New("connection refused")}, failedAt, failedAt)
 	heap.Fix(&q, h.index)
 	retry := h.timing.retryEvery()
 	for _, at := range []time.Duration{0, retry / 2, retry - time.Millisecond} {

@@ -1,4 +1,4 @@
-package guard
+package redisstore
 
 import (
 	"cmp"
@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jobguard/jobguard/guard/internal/store"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -18,49 +20,49 @@ import (
 // at for one page of a walk over the locks, so no call blocks it for long.
 const scanCount = 100
 
-func (s *redisStore) inspect(ctx context.Context, k keys) (LockState, error) {
+func (s *Store) Inspect(ctx context.Context, k store.Keys) (store.LockState, error) {
 	return s.runInspect(ctx, k, "read")
 }
 
-func (s *redisStore) forceRelease(ctx context.Context, k keys) (LockState, error) {
+func (s *Store) ForceRelease(ctx context.Context, k store.Keys) (store.LockState, error) {
 	return s.runInspect(ctx, k, "release")
 }
 
 // runInspect is the one call of inspect.lua; mode is "read" or "release".
-func (s *redisStore) runInspect(ctx context.Context, k keys, mode string) (LockState, error) {
-	call := scriptCall{keys: []string{k.lock, k.fence, k.waiters}, args: []any{mode}}
-	reply, _, err := s.runOne(ctx, &s.scripts.inspect, k.lock, call, false)
+func (s *Store) runInspect(ctx context.Context, k store.Keys, mode string) (store.LockState, error) {
+	call := scriptCall{keys: []string{k.Lock, k.Fence, k.Waiters}, args: []any{mode}}
+	reply, _, err := s.runOne(ctx, &s.scripts.inspect, k.Lock, call, false)
 	if err != nil {
-		return LockState{}, classify(err)
+		return store.LockState{}, classify(err)
 	}
 	vals, err := reply.Slice()
 	if err != nil {
-		return LockState{}, classify(err)
+		return store.LockState{}, classify(err)
 	}
 	st, err := parseInspect(vals)
 	if err != nil {
-		return LockState{}, fmt.Errorf("guard: unexpected inspect reply: %w", err)
+		return store.LockState{}, fmt.Errorf("guard: unexpected inspect reply: %w", err)
 	}
 	return st, nil
 }
 
 // parseInspect reads inspect.lua's flat reply (the script's header says
 // what it holds).
-func parseInspect(vals []any) (LockState, error) {
+func parseInspect(vals []any) (store.LockState, error) {
 	r := reply{vals: vals}
-	var st LockState
+	var st store.LockState
 	if fence := r.str(); fence != "" {
 		st.Fence = r.parseInt(fence)
 	}
 	st.Permits = int(r.int())
 	for n := r.int(); n > 0 && r.err == nil; n-- {
-		st.Holders = append(st.Holders, Holder{
+		st.Holders = append(st.Holders, store.Holder{
 			Owner: r.str(), Identity: r.str(), Write: r.int() == 1,
 			Writes: int(r.int()), Reads: int(r.int()), Token: r.parseInt(r.str()),
 			Left: r.ms(), MinHold: r.ms(),
 		})
 	}
-	slices.SortFunc(st.Holders, func(a, b Holder) int { return cmp.Compare(a.Token, b.Token) })
+	slices.SortFunc(st.Holders, func(a, b store.Holder) int { return cmp.Compare(a.Token, b.Token) })
 	for n := r.int(); n > 0 && r.err == nil; n-- {
 		w, ok := parseRegistration(r.str())
 		w.Left = r.ms()
@@ -72,28 +74,6 @@ func parseInspect(vals []any) (LockState, error) {
 		r.err = fmt.Errorf("%d values left over", len(vals)-r.i)
 	}
 	return st, r.err
-}
-
-// parseRegistration reads a registration in a lock's queue (see
-// redisStore.registration): "<Locker id> <owner> <kind> <TTL ms> <MinHold
-// ms> <FenceTTL ms>[ <identity>]", where the kind of a permit's writer
-// carries its number of permits ("g4", "w4"). ok is false for one of
-// another shape.
-func parseRegistration(m string) (w Waiter, ok bool) {
-	f := strings.SplitN(m, " ", 7)
-	if len(f) < 6 || len(f[2]) < 1 || !strings.Contains("gwr", f[2][:1]) {
-		return Waiter{}, false
-	}
-	if n := f[2][1:]; n != "" {
-		if p, err := strconv.Atoi(n); err != nil || p < 2 || f[2][0] == 'r' {
-			return Waiter{}, false
-		}
-	}
-	w = Waiter{Locker: f[0], Owner: f[1], Write: f[2] != "r"}
-	if len(f) == 7 {
-		w.Identity = f[6]
-	}
-	return w, true
 }
 
 // reply reads a flat array of integers and strings in order; the first
@@ -150,22 +130,22 @@ type scanNode struct {
 	client redis.Cmdable
 }
 
-func (s *redisStore) scanLocks(ctx context.Context, prefix, match string, c scanCursor) ([]string, scanCursor, bool, error) {
+func (s *Store) ScanLocks(ctx context.Context, prefix, match string, c store.ScanCursor) ([]string, store.ScanCursor, bool, error) {
 	nodes, err := s.scanNodes(ctx)
 	if err != nil {
 		return nil, c, false, classify(err)
 	}
 	// Masters in address order; one that left the Cluster during the walk
 	// is followed by the next address.
-	i := slices.IndexFunc(nodes, func(n scanNode) bool { return n.addr >= c.node })
+	i := slices.IndexFunc(nodes, func(n scanNode) bool { return n.addr >= c.Node })
 	switch {
 	case i < 0:
-		return nil, scanCursor{}, false, nil
-	case nodes[i].addr != c.node:
-		c.pos = 0
+		return nil, store.ScanCursor{}, false, nil
+	case nodes[i].addr != c.Node:
+		c.Pos = 0
 	}
 	pattern := escapeGlob(prefix) + "{" + match + "}"
-	keys, pos, err := nodes[i].client.ScanType(ctx, c.pos, pattern, scanCount, "hash").Result()
+	keys, pos, err := nodes[i].client.ScanType(ctx, c.Pos, pattern, scanCount, "hash").Result()
 	if err != nil {
 		return nil, c, false, classify(err)
 	}
@@ -177,16 +157,16 @@ func (s *redisStore) scanLocks(ctx context.Context, prefix, match string, c scan
 	}
 	switch {
 	case pos != 0:
-		return names, scanCursor{node: nodes[i].addr, pos: pos}, true, nil
+		return names, store.ScanCursor{Node: nodes[i].addr, Pos: pos}, true, nil
 	case i+1 < len(nodes):
-		return names, scanCursor{node: nodes[i+1].addr}, true, nil
+		return names, store.ScanCursor{Node: nodes[i+1].addr}, true, nil
 	}
-	return names, scanCursor{}, false, nil
+	return names, store.ScanCursor{}, false, nil
 }
 
 // scanNodes returns the servers that hold locks: the one server, or every
 // master of a Cluster in address order.
-func (s *redisStore) scanNodes(ctx context.Context) ([]scanNode, error) {
+func (s *Store) scanNodes(ctx context.Context) ([]scanNode, error) {
 	if s.cluster == nil {
 		return []scanNode{{client: s.client}}, nil
 	}

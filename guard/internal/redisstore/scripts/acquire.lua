@@ -32,14 +32,18 @@ local t = redis.call('TIME')
 -- The clock in ms, read from t only when a decision needs it: a free key
 -- without MinHold needs only the token, which is in µs.
 local now = 0
-local owners, latest, writer, lone, earliest = 0, 0, false, false, 0
-if redis.call('EXISTS', key) == 1 then
+
+-- holders looks at a key that exists: it sweeps expired holds and returns
+-- a reply to give at once (the owner holds the key already: its hold is
+-- extended; its holders hold another number of permits: refused), or nil
+-- and what the attempt decides on.
+local function holders()
   now = ms_of(t)
   local kind = redis.call('TYPE', key)['ok']
   if kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a lock')
   end
-  owners, latest, writer, lone, earliest = sweep(key, now)
+  local owners, latest, writer, lone, earliest = sweep(key, now)
   local mine = redis.call('HMGET', key, owner .. ':t', owner .. ':x', 'permits')
   if mine[1] then
     local ttl = tonumber(ARGV[2])
@@ -55,13 +59,19 @@ if redis.call('EXISTS', key) == 1 then
   if owners > 0 and (mine[3] or '1') ~= permits then
     return {-1, tonumber(mine[3] or '1')}
   end
+  return nil, owners, latest, writer, lone, earliest
 end
-local busy, until_ms = owners > 0 and (mode == 'w' or writer), latest
-if permits ~= '1' then
-  -- One of n permits: busy while n owners hold one; the first to expire frees one.
-  busy, until_ms = owners >= tonumber(permits), earliest
-end
-if busy then
+
+-- busy returns the busy reply when the key cannot be taken now, having
+-- registered the acquisition in the lock's queue if it will wait; nil when
+-- it can be taken.
+local function busy(owners, latest, writer, earliest)
+  local full, until_ms = owners > 0 and (mode == 'w' or writer), latest
+  if permits ~= '1' then
+    -- One of n permits: busy while n owners hold one; the first to expire frees one.
+    full, until_ms = owners >= tonumber(permits), earliest
+  end
+  if not full then return nil end
   if member ~= '' then
     local registration = 2 * tonumber(ARGV[2])
     redis.call('ZADD', KEYS[3], now + registration, member)
@@ -69,15 +79,16 @@ if busy then
   end
   return {0, until_ms - now, tonumber(redis.call('GET', KEYS[2])) or 0}
 end
-local token, err = mint(KEYS[2], t, fence_ttl, ARGV[2])
-if not token then return err end
-if now == 0 and min_hold ~= '0' then now = ms_of(t) end
-if permits ~= '1' and owners == 0 and min_hold == '0' then
-  -- A free permit, no MinHold: the fields permit_fields would give.
-  redis.call('HSET', key, owner .. ':t', token, owner, '1', 'permits', permits, owner .. ':i', identity)
-  redis.call('PEXPIRE', key, ARGV[2])
-elseif permits ~= '1' then
-  -- A permit (see prelude.lua): permit holders join one another as readers do.
+
+-- take_permit writes a fresh hold of one permit (see prelude.lua): permit
+-- holders join one another as readers do.
+local function take_permit(token, owners, lone)
+  if owners == 0 and min_hold == '0' then
+    -- A free permit, no MinHold: the fields permit_fields would give.
+    redis.call('HSET', key, owner .. ':t', token, owner, '1', 'permits', permits, owner .. ':i', identity)
+    redis.call('PEXPIRE', key, ARGV[2])
+    return
+  end
   local ttl, keep = tonumber(ARGV[2]), false
   if min_hold ~= '0' then keep = now + tonumber(min_hold) end
   local fields = permit_fields(owner, token, permits, owners > 0 and now + ttl, keep, identity)
@@ -90,15 +101,20 @@ elseif permits ~= '1' then
   else
     extend_key(key, ttl)
   end
-elseif owners == 0 and min_hold == '0' then
-  -- The common case: a free key, no MinHold.
-  if mode == 'w' then
-    redis.call('HSET', key, owner .. ':t', token, 'writer', owner, owner, '1', owner .. ':i', identity)
-  else
-    redis.call('HSET', key, owner .. ':t', token, owner .. ':r', '1', owner .. ':i', identity)
+end
+
+-- take_hold writes a fresh write or read hold of a plain lock.
+local function take_hold(token, owners, lone)
+  if owners == 0 and min_hold == '0' then
+    -- The common case: a free key, no MinHold.
+    if mode == 'w' then
+      redis.call('HSET', key, owner .. ':t', token, 'writer', owner, owner, '1', owner .. ':i', identity)
+    else
+      redis.call('HSET', key, owner .. ':t', token, owner .. ':r', '1', owner .. ':i', identity)
+    end
+    redis.call('PEXPIRE', key, ARGV[2])
+    return
   end
-  redis.call('PEXPIRE', key, ARGV[2])
-else
   local ttl = tonumber(ARGV[2])
   local fields = {owner .. ':t', token, owner .. ':i', identity}
   if mode == 'w' then
@@ -125,15 +141,36 @@ else
     extend_key(key, ttl)
   end
 end
--- Other acquisitions may be timing a hand-off to the one a release named:
--- a writer tells them it is taken; a reader lets their readers in.
-local others = redis.call('ZCARD', KEYS[3])
-if others > 0 and member ~= '' then others = others - redis.call('ZREM', KEYS[3], member) end
-if others > 0 then
+
+-- tell_others: other acquisitions may be timing a hand-off to the one a
+-- release named; a writer tells them it is taken, a reader lets their
+-- readers in.
+local function tell_others()
+  local others = redis.call('ZCARD', KEYS[3])
+  if others > 0 and member ~= '' then others = others - redis.call('ZREM', KEYS[3], member) end
+  if others == 0 then return end
   if mode == 'w' then
     redis.call(PUBLISH, channel_of(key), 'taken')
   else
     redis.call(PUBLISH, channel_of(key), 'read')
   end
 end
+
+local owners, latest, writer, lone, earliest = 0, 0, false, false, 0
+if redis.call('EXISTS', key) == 1 then
+  local reply
+  reply, owners, latest, writer, lone, earliest = holders()
+  if reply then return reply end
+end
+local refused = busy(owners, latest, writer, earliest)
+if refused then return refused end
+local token, err = mint(KEYS[2], t, fence_ttl, ARGV[2])
+if not token then return err end
+if now == 0 and min_hold ~= '0' then now = ms_of(t) end
+if permits ~= '1' then
+  take_permit(token, owners, lone)
+else
+  take_hold(token, owners, lone)
+end
+tell_others()
 return {1, token} -- digits, as the counter holds them

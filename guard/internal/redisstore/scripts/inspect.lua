@@ -26,19 +26,45 @@
 -- Reads only with 'read'.
 local key = KEYS[1]
 local now = now_ms()
-local kind = redis.call('TYPE', key)['ok']
-if kind ~= 'none' and kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a lock')
-end
-local queue = redis.call('TYPE', KEYS[3])['ok']
-if queue ~= 'none' and queue ~= 'zset' then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a ' .. queue .. ', not a queue of waiters')
-end
-local counter, err = counter_of(KEYS[2])
-if counter == nil then return err end
-local out = {counter or '', 0, 0}
 
-if kind == 'hash' then
+-- check_types refuses keys of the lock that hold another Redis type,
+-- naming the key; it returns the lock's type.
+local function check_types()
+  local kind = redis.call('TYPE', key)['ok']
+  if kind ~= 'none' and kind ~= 'hash' then
+    return nil, redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a lock')
+  end
+  local queue = redis.call('TYPE', KEYS[3])['ok']
+  if queue ~= 'none' and queue ~= 'zset' then
+    return nil, redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a ' .. queue .. ', not a queue of waiters')
+  end
+  return kind
+end
+
+-- add_holder appends owner o's hold to out, if it is live, from the
+-- lock's fields f; pttl is the key's. It reports whether it did.
+local function add_holder(out, f, o, pttl)
+  local x, left = f[o .. ':x'], pttl
+  if x then left = tonumber(x) - now end
+  if not (left > 0 or (not x and left == -1)) then return false end
+  local min_left = 0
+  if f[o .. ':m'] then min_left = math.max(tonumber(f[o .. ':m']) - now, 0) end
+  local w = 0
+  if f.writer == o or f.permits then w = 1 end
+  out[#out + 1] = o
+  out[#out + 1] = f[o .. ':i'] or ''
+  out[#out + 1] = w
+  out[#out + 1] = tonumber(f[o] or '0')
+  out[#out + 1] = tonumber(f[o .. ':r'] or '0')
+  out[#out + 1] = f[o .. ':t']
+  out[#out + 1] = left
+  out[#out + 1] = min_left
+  return true
+end
+
+-- add_holders appends the lock's live holds to out and sets its number
+-- of permits and of holders.
+local function add_holders(out)
   local h = redis.call('HGETALL', key)
   local f, owners = {}, {}
   for i = 1, #h, 2 do
@@ -48,27 +74,18 @@ if kind == 'hash' then
   local pttl = redis.call('PTTL', key)
   local n = 0
   for _, o in ipairs(owners) do
-    local x, left = f[o .. ':x'], pttl
-    if x then left = tonumber(x) - now end
-    if left > 0 or (not x and left == -1) then
-      local min_left = 0
-      if f[o .. ':m'] then min_left = math.max(tonumber(f[o .. ':m']) - now, 0) end
-      local w = 0
-      if f.writer == o or f.permits then w = 1 end
-      out[#out + 1] = o
-      out[#out + 1] = f[o .. ':i'] or ''
-      out[#out + 1] = w
-      out[#out + 1] = tonumber(f[o] or '0')
-      out[#out + 1] = tonumber(f[o .. ':r'] or '0')
-      out[#out + 1] = f[o .. ':t']
-      out[#out + 1] = left
-      out[#out + 1] = min_left
-      n = n + 1
-    end
+    if add_holder(out, f, o, pttl) then n = n + 1 end
   end
   out[2] = tonumber(f.permits or '0')
   out[3] = n
 end
+
+local kind, err = check_types()
+if not kind then return err end
+local counter, bad = counter_of(KEYS[2])
+if counter == nil then return bad end
+local out = {counter or '', 0, 0}
+if kind == 'hash' then add_holders(out) end
 
 local waiting = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. now, '+inf', 'WITHSCORES')
 out[#out + 1] = #waiting / 2

@@ -1,4 +1,4 @@
-package guard
+package redisstore
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobguard/jobguard/guard/internal/clock"
+	"github.com/jobguard/jobguard/guard/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -48,6 +50,7 @@ type redisFeed struct {
 	ps       *redis.PubSub       // the current connection
 	channels map[string]struct{} // subscribed by the caller, to subscribe again on a new connection
 
+	clock     clock.Clock
 	lastRead  atomic.Int64 // unix ns of the last reply read
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -56,12 +59,12 @@ type redisFeed struct {
 
 // newRedisFeed returns a feed subscribed to channels (see open), and
 // watching its connection.
-func newRedisFeed(ctx context.Context, open func(ctx context.Context, channels ...string) *redis.PubSub, sharded bool, channels ...string) *redisFeed {
-	f := &redisFeed{open: open, sharded: sharded, ps: open(ctx, channels...), channels: make(map[string]struct{}), closed: make(chan struct{})}
+func newRedisFeed(ctx context.Context, c clock.Clock, open func(ctx context.Context, channels ...string) *redis.PubSub, sharded bool, channels ...string) *redisFeed {
+	f := &redisFeed{clock: c, open: open, sharded: sharded, ps: open(ctx, channels...), channels: make(map[string]struct{}), closed: make(chan struct{})}
 	for _, ch := range channels {
 		f.channels[ch] = struct{}{}
 	}
-	f.lastRead.Store(time.Now().UnixNano())
+	f.lastRead.Store(f.clock.Now().UnixNano())
 	f.wg.Go(f.watch)
 	return f
 }
@@ -72,7 +75,7 @@ func (f *redisFeed) current() *redis.PubSub {
 	return f.ps
 }
 
-func (f *redisFeed) subscribe(ctx context.Context, channel string) error {
+func (f *redisFeed) Subscribe(ctx context.Context, channel string) error {
 	f.mu.Lock()
 	f.channels[channel] = struct{}{}
 	ps := f.ps
@@ -87,7 +90,7 @@ func subscribe(ctx context.Context, ps *redis.PubSub, sharded bool, channels ...
 	return ps.Subscribe(ctx, channels...)
 }
 
-func (f *redisFeed) unsubscribe(ctx context.Context, channel string) error {
+func (f *redisFeed) Unsubscribe(ctx context.Context, channel string) error {
 	f.mu.Lock()
 	delete(f.channels, channel)
 	ps := f.ps
@@ -101,7 +104,7 @@ func (f *redisFeed) unsubscribe(ctx context.Context, channel string) error {
 // read receives until close, from whichever connection is current. The
 // confirmations of the subscriptions a reconnection or a replacement makes
 // reach confirmed like the first ones.
-func (f *redisFeed) read(confirmed, dropped func(string), message func(channel, payload string)) {
+func (f *redisFeed) Read(ev store.FeedEvents) {
 	ctx := context.Background()
 	failed := 0
 	for {
@@ -122,20 +125,22 @@ func (f *redisFeed) read(confirmed, dropped func(string), message func(channel, 
 			continue
 		}
 		failed = 0
-		f.lastRead.Store(time.Now().UnixNano())
+		f.lastRead.Store(f.clock.Now().UnixNano())
 		switch m := m.(type) {
 		case *redis.Subscription:
 			switch m.Kind {
 			case "subscribe", "ssubscribe":
-				confirmed(m.Channel)
+				ev.Confirmed(m.Channel)
 			case "sunsubscribe":
 				// Also sent by Redis on its own when the channel's slot
 				// leaves the node (a failover, a resharding); go-redis
 				// keeps the connection, so nothing would come any more.
-				dropped(m.Channel)
+				ev.Dropped(m.Channel)
 			}
 		case *redis.Message:
-			message(m.Channel, m.Payload)
+			if n, ok := parseNotice(m.Payload); ok {
+				ev.Notice(m.Channel, n)
+			}
 		}
 	}
 }
@@ -146,24 +151,26 @@ func (f *redisFeed) read(confirmed, dropped func(string), message func(channel, 
 // has go-redis reconnect at once; one that is written and never answered
 // is what a half-open connection does, and only a new connection ends it.
 func (f *redisFeed) watch() {
-	t := time.NewTicker(feedIdle / 6)
+	t := f.clock.NewTimer(feedIdle / 6)
 	defer t.Stop()
 	var pinged time.Time // the unanswered ping, if any
 	for {
 		select {
-		case <-t.C:
+		case <-t.C():
+			t.Reset(feedIdle / 6)
 		case <-f.closed:
 			return
 		}
+		now := f.clock.Now()
 		lastRead := time.Unix(0, f.lastRead.Load())
 		switch {
-		case !pinged.IsZero() && lastRead.Before(pinged) && time.Since(pinged) >= feedIdle:
+		case !pinged.IsZero() && lastRead.Before(pinged) && now.Sub(pinged) >= feedIdle:
 			pinged = time.Time{}
 			f.replace()
 		case !pinged.IsZero() && !lastRead.Before(pinged):
 			pinged = time.Time{} // answered
-		case pinged.IsZero() && time.Since(lastRead) >= feedIdle:
-			pinged = time.Now()
+		case pinged.IsZero() && now.Sub(lastRead) >= feedIdle:
+			pinged = now
 			ctx, cancel := context.WithTimeout(context.Background(), feedIdle)
 			_ = f.current().Ping(ctx)
 			cancel()
@@ -202,7 +209,7 @@ func (f *redisFeed) replace() {
 		}
 	}
 	f.mu.Unlock()
-	f.lastRead.Store(time.Now().UnixNano())
+	f.lastRead.Store(f.clock.Now().UnixNano())
 	_ = old.Close()
 	if len(since) > 0 {
 		_ = subscribe(ctx, ps, f.sharded, since...)
@@ -212,10 +219,10 @@ func (f *redisFeed) replace() {
 // pause waits d, or less if the feed is closed meanwhile; it reports
 // whether the feed is still open.
 func (f *redisFeed) pause(d time.Duration) bool {
-	t := time.NewTimer(d)
+	t := f.clock.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 		return true
 	case <-f.closed:
 		return false
@@ -233,7 +240,7 @@ func (f *redisFeed) isClosed() bool {
 
 // close closes the connection and waits for the watch goroutine. After it
 // has marked the feed closed, replace opens no new connection.
-func (f *redisFeed) close() error {
+func (f *redisFeed) Close() error {
 	f.mu.Lock()
 	f.closeOnce.Do(func() { close(f.closed) })
 	ps := f.ps

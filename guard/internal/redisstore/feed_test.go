@@ -1,4 +1,4 @@
-package guard
+package redisstore
 
 import (
 	"io"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobguard/jobguard/guard/internal/store"
 	"github.com/jobguard/jobguard/internal/faultproxy"
 	"github.com/jobguard/jobguard/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -26,9 +27,19 @@ func newFeedLog() *feedLog { return &feedLog{changed: make(chan struct{}, 1)} }
 
 func (g *feedLog) confirm(string) { g.note(func() { g.confirmed++ }) }
 
-func (g *feedLog) message(_, payload string) {
-	g.note(func() { g.messages = append(g.messages, payload) })
+// notice records the Locker a notice names: the tests publish "free
+// <word>" and read the word back.
+func (g *feedLog) notice(_ string, n store.Notice) {
+	g.note(func() { g.messages = append(g.messages, n.Locker) })
 }
+
+// events is what the feed reports to the log.
+func (g *feedLog) events() store.FeedEvents {
+	return store.FeedEvents{Confirmed: g.confirm, Dropped: func(string) {}, Notice: g.notice}
+}
+
+// nothing is a feed's events that go nowhere.
+var nothing = store.FeedEvents{Confirmed: func(string) {}, Dropped: func(string) {}, Notice: func(string, store.Notice) {}}
 
 func (g *feedLog) note(f func()) {
 	g.mu.Lock()
@@ -65,11 +76,11 @@ func startFeed(t *testing.T, addr, channel string) (rf *redisFeed, log *feedLog,
 	t.Helper()
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = client.Close() })
-	s := newRedisStore(client, 0, 0)
-	f, subscribed := s.openFeed(t.Context(), channel)
+	s := New(client, Options{})
+	f, subscribed := s.OpenFeed(t.Context(), channel)
 	rf = f.(*redisFeed)
 	if !subscribed {
-		if err := rf.subscribe(t.Context(), channel); err != nil {
+		if err := rf.Subscribe(t.Context(), channel); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -77,10 +88,10 @@ func startFeed(t *testing.T, addr, channel string) (rf *redisFeed, log *feedLog,
 	exited := make(chan struct{})
 	go func() {
 		defer close(exited)
-		rf.read(log.confirm, func(string) {}, log.message)
+		rf.Read(log.events())
 	}()
 	t.Cleanup(func() {
-		_ = rf.close()
+		_ = rf.Close()
 		<-exited
 	})
 	return rf, log, exited
@@ -99,7 +110,7 @@ func TestFeedPingsWhenIdle(t *testing.T) {
 	if got := commandCalls(t, admin, "ping") - pingsBefore; got < 1 {
 		t.Fatalf("%d pings after %v of silence, want at least 1", got, feedIdle+feedIdle/2)
 	}
-	if err := admin.Publish(t.Context(), "feed-idle", "after-ping").Err(); err != nil {
+	if err := admin.Publish(t.Context(), "feed-idle", "free after-ping").Err(); err != nil {
 		t.Fatal(err)
 	}
 	log.await(t, "message after the ping", func(g *feedLog) bool {
@@ -117,7 +128,7 @@ func TestFeedMessageSplitAcrossIdle(t *testing.T) {
 	_, log, _ := startFeed(t, proxy, "feed-split")
 	log.await(t, "subscription", func(g *feedLog) bool { return g.confirmed == 1 })
 	for _, payload := range []string{"split-1", "after"} {
-		if err := admin.Publish(t.Context(), "feed-split", payload).Err(); err != nil {
+		if err := admin.Publish(t.Context(), "feed-split", "free "+payload).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -205,7 +216,7 @@ func TestFeedResubscribesAfterCut(t *testing.T) {
 	log.await(t, "subscription", func(g *feedLog) bool { return g.confirmed == 1 })
 	proxy.CutAll()
 	log.await(t, "second confirmation", func(g *feedLog) bool { return g.confirmed >= 2 })
-	if err := admin.Publish(t.Context(), "feed-cut", "after-cut").Err(); err != nil {
+	if err := admin.Publish(t.Context(), "feed-cut", "free after-cut").Err(); err != nil {
 		t.Fatal(err)
 	}
 	log.await(t, "message after the cut", func(g *feedLog) bool {
@@ -231,7 +242,7 @@ func TestFeedReplacesSilentConnection(t *testing.T) {
 	if d := time.Since(frozen); d > 2*feedIdle+feedIdle {
 		t.Errorf("replaced %v after the connection went silent, want within %v", d, 3*feedIdle)
 	}
-	if err := admin.Publish(t.Context(), "feed-silent", "after").Err(); err != nil {
+	if err := admin.Publish(t.Context(), "feed-silent", "free after").Err(); err != nil {
 		t.Fatal(err)
 	}
 	log.await(t, "message on the new connection", func(g *feedLog) bool {
@@ -244,18 +255,18 @@ func TestFeedReplacesSilentConnection(t *testing.T) {
 func TestFeedStopsWhenItsClientIsClosed(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	s := newRedisStore(client, 0, 0)
-	f, _ := s.openFeed(t.Context(), "feed-client-closed")
+	s := New(client, Options{})
+	f, _ := s.OpenFeed(t.Context(), "feed-client-closed")
 	rf := f.(*redisFeed)
-	if err := rf.subscribe(t.Context(), "feed-client-closed"); err != nil {
+	if err := rf.Subscribe(t.Context(), "feed-client-closed"); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		rf.read(func(string) {}, func(string) {}, func(_, _ string) {})
+		rf.Read(nothing)
 	}()
-	defer func() { _ = rf.close() }()
+	defer func() { _ = rf.Close() }()
 	time.Sleep(50 * time.Millisecond)
 	_ = rf.current().Close() // what closing the client does to its PubSubs
 	_ = client.Close()
@@ -272,17 +283,17 @@ func TestFeedStopsWhenItsClientIsClosed(t *testing.T) {
 func TestClusterFeedConnectsToItsSlot(t *testing.T) {
 	c := redistest.StartCluster(t)
 	client := c.Client(t)
-	s := newRedisStore(client, 0, 0)
+	s := New(client, Options{})
 	for i := range 12 {
 		channel := "guard:{feed-" + strconv.Itoa(i) + "}:released"
-		f, subscribed := s.openFeed(t.Context(), channel)
+		f, subscribed := s.OpenFeed(t.Context(), channel)
 		if !subscribed {
 			t.Fatal("a Cluster feed opened without its channel")
 		}
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			f.read(func(string) {}, func(string) {}, func(_, _ string) {})
+			f.Read(nothing)
 		}()
 		master := c.MasterOf(t, channel).Client(t)
 		deadline := time.Now().Add(5 * time.Second)
@@ -296,7 +307,7 @@ func TestClusterFeedConnectsToItsSlot(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		_ = f.close()
+		_ = f.Close()
 		<-done
 	}
 }
@@ -310,7 +321,7 @@ func TestFeedCloseWhileServerDown(t *testing.T) {
 	srv.Kill(t)
 	time.Sleep(3 * feedRetry)
 	start := time.Now()
-	if err := rf.close(); err != nil {
+	if err := rf.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
 	select {

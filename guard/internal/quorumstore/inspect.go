@@ -1,4 +1,4 @@
-package guard
+package quorumstore
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/jobguard/jobguard/guard/internal/redisstore"
+	"github.com/jobguard/jobguard/guard/internal/store"
 )
 
 // On a quorum a lock lives on every master, and what an operator sees must
@@ -14,35 +17,35 @@ import (
 // lasts as long as a majority still will.
 
 // inspect reads the lock on every master and merges what a majority says.
-func (s *quorumStore) inspect(ctx context.Context, k keys) (LockState, error) {
-	return s.readStates(ctx, "inspect", func(ctx context.Context, n *redisStore) (LockState, error) {
-		return n.inspect(ctx, k)
+func (s *Store) Inspect(ctx context.Context, k store.Keys) (store.LockState, error) {
+	return s.readStates(ctx, "inspect", func(ctx context.Context, n *redisstore.Store) (store.LockState, error) {
+		return n.Inspect(ctx, k)
 	})
 }
 
 // forceRelease ends every hold on every master it reaches, and succeeds when
 // a majority did: then no hold is left on a majority, so none can be
 // renewed. It answers the holds a majority had.
-func (s *quorumStore) forceRelease(ctx context.Context, k keys) (LockState, error) {
-	return s.readStates(ctx, "force release", func(ctx context.Context, n *redisStore) (LockState, error) {
-		return n.forceRelease(ctx, k)
+func (s *Store) ForceRelease(ctx context.Context, k store.Keys) (store.LockState, error) {
+	return s.readStates(ctx, "force release", func(ctx context.Context, n *redisstore.Store) (store.LockState, error) {
+		return n.ForceRelease(ctx, k)
 	})
 }
 
 // readStates runs call on every master, waits for all of them (or the
 // deadline) and merges the states of those that answered, which must be a
 // majority.
-func (s *quorumStore) readStates(ctx context.Context, what string, call func(context.Context, *redisStore) (LockState, error)) (LockState, error) {
+func (s *Store) readStates(ctx context.Context, what string, call func(context.Context, *redisstore.Store) (store.LockState, error)) (store.LockState, error) {
 	start, deadline := s.clock.Now(), s.deadline(ctx)
-	replies := each(s, ctx, deadline, func(ctx context.Context, _ int, n *redisStore) (LockState, error) {
+	replies := each(s, ctx, deadline, func(ctx context.Context, _ int, n *redisstore.Store) (store.LockState, error) {
 		return call(ctx, n)
 	})
-	var states []LockState
+	var states []store.LockState
 	var errs []error
 	wrongType := 0
-	answered := collect(s, ctx, deadline, replies, func(r nodeReply[LockState]) bool {
+	answered := collect(s, ctx, deadline, replies, func(r nodeReply[store.LockState]) bool {
 		switch {
-		case errors.Is(r.err, ErrWrongType):
+		case errors.Is(r.err, store.ErrWrongType):
 			wrongType++
 			errs = append(errs, r.err)
 		case r.err != nil:
@@ -54,10 +57,10 @@ func (s *quorumStore) readStates(ctx context.Context, what string, call func(con
 	})
 	switch {
 	case wrongType >= s.quorum:
-		return LockState{}, errs[0]
+		return store.LockState{}, errs[0]
 	case len(states) < s.quorum:
 		errs = missing(errs, answered, len(s.nodes), deadline.Sub(start))
-		return LockState{}, noQuorum(fmt.Sprintf("%s: %d of %d masters answered", what, len(states), len(s.nodes)), s.quorum, len(s.nodes), errs)
+		return store.LockState{}, noQuorum(fmt.Sprintf("%s: %d of %d masters answered", what, len(states), len(s.nodes)), s.quorum, len(s.nodes), errs)
 	}
 	return mergeStates(states, s.quorum), nil
 }
@@ -72,11 +75,11 @@ func (s *quorumStore) readStates(ctx context.Context, what string, call func(con
 // brought down to it. A waiter is listed when any master has it registered,
 // with its longest registration. The counter is the highest: a majority's
 // counters include the newest token.
-func mergeStates(states []LockState, quorum int) LockState {
-	var out LockState
-	holders := make(map[string][]Holder)
+func mergeStates(states []store.LockState, quorum int) store.LockState {
+	var out store.LockState
+	holders := make(map[string][]store.Holder)
 	var order []string
-	waiters := make(map[string]Waiter)
+	waiters := make(map[string]store.Waiter)
 	var waitOrder []string
 	for _, st := range states {
 		out.Fence = max(out.Fence, st.Fence)
@@ -102,7 +105,7 @@ func mergeStates(states []LockState, quorum int) LockState {
 		if len(views) < quorum {
 			continue
 		}
-		slices.SortFunc(views, func(a, b Holder) int { return int(b.Left - a.Left) })
+		slices.SortFunc(views, func(a, b store.Holder) int { return int(b.Left - a.Left) })
 		h := views[quorum-1]
 		h.Token = 0
 		for _, v := range views {
@@ -113,7 +116,7 @@ func mergeStates(states []LockState, quorum int) LockState {
 		}
 		out.Holders = append(out.Holders, h)
 	}
-	slices.SortStableFunc(out.Holders, func(a, b Holder) int { return cmpInt(a.Token, b.Token) })
+	slices.SortStableFunc(out.Holders, func(a, b store.Holder) int { return cmpInt(a.Token, b.Token) })
 	if len(out.Holders) == 0 {
 		out.Permits = 0 // no majority holds a permit
 	}
@@ -137,25 +140,25 @@ func cmpInt(a, b int64) int {
 // majority is listed by each master that has it (the Locker's Scan drops
 // the repeats). The cursor's node is "<master index>/<the master's own
 // cursor node>".
-func (s *quorumStore) scanLocks(ctx context.Context, prefix, match string, c scanCursor) ([]string, scanCursor, bool, error) {
-	i, inner := 0, scanCursor{pos: c.pos}
-	if c.node != "" {
-		idx, rest, _ := strings.Cut(c.node, "/")
+func (s *Store) ScanLocks(ctx context.Context, prefix, match string, c store.ScanCursor) ([]string, store.ScanCursor, bool, error) {
+	i, inner := 0, store.ScanCursor{Pos: c.Pos}
+	if c.Node != "" {
+		idx, rest, _ := strings.Cut(c.Node, "/")
 		n, err := strconv.Atoi(idx)
 		if err != nil || n < 0 || n >= len(s.nodes) {
-			return nil, c, false, fmt.Errorf("guard: bad scan cursor %q", c.node)
+			return nil, c, false, fmt.Errorf("guard: bad scan cursor %q", c.Node)
 		}
-		i, inner.node = n, rest
+		i, inner.Node = n, rest
 	}
-	names, next, more, err := s.nodes[i].scanLocks(ctx, prefix, match, inner)
+	names, next, more, err := s.nodes[i].ScanLocks(ctx, prefix, match, inner)
 	if err != nil {
 		return nil, c, false, err
 	}
 	switch {
 	case more:
-		return names, scanCursor{node: strconv.Itoa(i) + "/" + next.node, pos: next.pos}, true, nil
+		return names, store.ScanCursor{Node: strconv.Itoa(i) + "/" + next.Node, Pos: next.Pos}, true, nil
 	case i+1 < len(s.nodes):
-		return names, scanCursor{node: strconv.Itoa(i+1) + "/"}, true, nil
+		return names, store.ScanCursor{Node: strconv.Itoa(i+1) + "/"}, true, nil
 	}
-	return names, scanCursor{}, false, nil
+	return names, store.ScanCursor{}, false, nil
 }

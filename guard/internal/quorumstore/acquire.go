@@ -1,20 +1,16 @@
-package guard
+package quorumstore
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/jobguard/jobguard/guard/internal/redisstore"
+	"github.com/jobguard/jobguard/guard/internal/store"
 )
-
-//go:embed scripts/write_fence.lua
-var writeFenceLua string
 
 // acquire is one Redlock attempt: acquire.lua on every master at once, each
 // bounded by the node timeout. The hold stands when a majority granted it,
@@ -39,13 +35,13 @@ var writeFenceLua string
 // until enough masters could be free for a majority, by their answers. A
 // busy answer after a split vote (some masters granted it) comes back
 // after a random delay (see backOff).
-func (s *quorumStore) acquire(ctx context.Context, k keys, a acquireArgs) (acquireReply, error) {
+func (s *Store) Acquire(ctx context.Context, k store.Keys, a store.AcquireArgs) (store.AcquireReply, error) {
 	start := s.clock.Now()
-	timeout := s.nodeTimeout(a.ttl)
-	validUntil := start.Add(a.ttl - timing{ttl: a.ttl}.drift())
+	timeout := s.nodeTimeout(a.TTL)
+	validUntil := start.Add(a.TTL - store.Drift(a.TTL))
 	r := &acquireRound{
 		s: s, k: k, a: a, timeout: timeout,
-		votes:   make(chan nodeReply[acquireReply], len(s.nodes)),
+		votes:   make(chan nodeReply[store.AcquireReply], len(s.nodes)),
 		wrote:   make(chan nodeReply[struct{}], len(s.nodes)),
 		fenced:  make(chan struct{}),
 		settled: make(chan struct{}),
@@ -54,7 +50,7 @@ func (s *quorumStore) acquire(ctx context.Context, k keys, a acquireArgs) (acqui
 	defer func() { r.settle(keep) }()
 	deadline := earliest(ctx, start.Add(timeout), validUntil)
 	base := context.WithoutCancel(ctx)
-	turn := s.turns.next(a.owner, len(s.nodes))
+	turn := s.turns.next(a.Owner, len(s.nodes))
 	for i, n := range s.nodes {
 		s.wg.Go(func() {
 			defer turn.end(i)
@@ -64,7 +60,7 @@ func (s *quorumStore) acquire(ctx context.Context, k keys, a acquireArgs) (acqui
 
 	v := acquireVotes{masters: len(s.nodes), quorum: s.quorum, granted: make(map[int]int64)}
 	var majority time.Duration // until a majority had answered
-	answered := collect(s, ctx, deadline, r.votes, func(r nodeReply[acquireReply]) bool {
+	answered := collect(s, ctx, deadline, r.votes, func(r nodeReply[store.AcquireReply]) bool {
 		done := v.add(r)
 		if len(v.granted)+len(v.heldFor)+len(v.errs) == s.quorum {
 			majority = s.clock.Now().Sub(start)
@@ -83,14 +79,14 @@ func (s *quorumStore) acquire(ctx context.Context, k keys, a acquireArgs) (acqui
 	r.fence(token)
 	if agree < s.quorum {
 		if err := r.written(ctx, v.granted, agree, earliest(ctx, s.clock.Now().Add(timeout), validUntil)); err != nil {
-			return acquireReply{}, err
+			return store.AcquireReply{}, err
 		}
 	}
 	if elapsed := s.clock.Now().Sub(start); !s.clock.Now().Before(validUntil) {
-		return acquireReply{}, fmt.Errorf("guard: a majority granted the hold after %v, past its validity (TTL %v - drift)", elapsed.Round(time.Millisecond), a.ttl)
+		return store.AcquireReply{}, fmt.Errorf("guard: a majority granted the hold after %v, past its validity (TTL %v - drift)", elapsed.Round(time.Millisecond), a.TTL)
 	}
 	keep = true
-	return acquireReply{acquired: true, token: token}, nil
+	return store.AcquireReply{Acquired: true, Token: token}, nil
 }
 
 // earliest returns the earliest of times and ctx's deadline.
@@ -105,11 +101,11 @@ func earliest(ctx context.Context, times ...time.Time) time.Time {
 // master (work) runs the master's part, and the attempt publishes the
 // decisions they wait for by closing fenced, then settled.
 type acquireRound struct {
-	s       *quorumStore
-	k       keys
-	a       acquireArgs
+	s       *Store
+	k       store.Keys
+	a       store.AcquireArgs
 	timeout time.Duration
-	votes   chan nodeReply[acquireReply]
+	votes   chan nodeReply[store.AcquireReply]
 	wrote   chan nodeReply[struct{}]
 
 	token   int64 // to write back where it differs, 0 for none; set before fenced is closed
@@ -122,32 +118,32 @@ type acquireRound struct {
 // requests (see turns): acquire, write the token back if asked, and drop
 // the hold if the attempt failed, in this order, so that a drop never
 // overtakes a late acquisition of its own.
-func (r *acquireRound) work(base context.Context, turn *turn, i int, n *redisStore, deadline time.Time) {
+func (r *acquireRound) work(base context.Context, turn *turn, i int, n *redisstore.Store, deadline time.Time) {
 	ctx, cancel := context.WithDeadline(base, deadline)
-	var rep acquireReply
+	var rep store.AcquireReply
 	err := turn.wait(ctx, i)
 	sent := err == nil
 	if sent {
-		rep, err = n.acquire(ctx, r.k, r.a)
+		rep, err = n.Acquire(ctx, r.k, r.a)
 	}
 	cancel()
-	r.votes <- nodeReply[acquireReply]{i, rep, err}
+	r.votes <- nodeReply[store.AcquireReply]{i, rep, err}
 	<-r.fenced
-	if sent && r.token > 0 && (err != nil || !rep.acquired || rep.token != r.token) {
+	if sent && r.token > 0 && (err != nil || !rep.Acquired || rep.Token != r.token) {
 		var minted int64 // this master's own token of this attempt, if it granted it
-		if err == nil && rep.acquired {
-			minted = rep.token
+		if err == nil && rep.Acquired {
+			minted = rep.Token
 		}
 		ctx, cancel := context.WithTimeout(base, r.timeout)
-		rerr := writeFence(ctx, n, r.s.writeFence, r.k, r.token, minted, r.a)
+		rerr := n.WriteFence(ctx, r.k, r.token, minted, r.a)
 		cancel()
 		r.wrote <- nodeReply[struct{}]{node: i, err: rerr}
 	}
 	<-r.settled
-	if sent && !r.keep && (rep.acquired || err != nil) {
+	if sent && !r.keep && (rep.Acquired || err != nil) {
 		// It may have run: a hold nobody was given must not block the key.
 		ctx, cancel := context.WithTimeout(base, r.timeout)
-		_, _ = n.setCounts(ctx, r.k, countArgs{owner: r.a.owner, marker: markerDrop})
+		_, _ = n.SetCounts(ctx, r.k, store.CountArgs{Owner: r.a.Owner, Marker: store.MarkerDrop})
 		cancel()
 	}
 }
@@ -182,7 +178,7 @@ func (r *acquireRound) settle(keep bool) {
 // those drops' notifications; without it they would try together again,
 // and split again, for as long as their timing stays in step (Redlock's
 // random retry delay).
-func (s *quorumStore) backOff(ctx context.Context, took, limit time.Duration) {
+func (s *Store) backOff(ctx context.Context, took, limit time.Duration) {
 	d := rand.N(min(max(4*took, time.Millisecond), limit))
 	timer := s.clock.NewTimer(d)
 	defer timer.Stop()
@@ -227,14 +223,6 @@ func (r *acquireRound) written(ctx context.Context, granted map[int]int64, agree
 	return noQuorum(fmt.Sprintf("fencing token %d written to %d of the %d masters that granted the hold", r.token, agree, len(granted)), s.quorum, len(s.nodes), errs)
 }
 
-// writeFence writes token to k's fencing counter on n where it differs
-// (write_fence.lua), minted being the token n returned to this attempt (0
-// if none); by hash: the script is not part of the function library.
-func writeFence(ctx context.Context, n *redisStore, sc *redis.Script, k keys, token, minted int64, a acquireArgs) error {
-	err := sc.Run(ctx, n.client, []string{k.fence, k.lock}, strconv.FormatInt(token, 10), ms(a.fenceTTL), ms(a.ttl), strconv.FormatInt(minted, 10), a.owner).Err()
-	return classify(err)
-}
-
 // acquireVotes are the masters' answers to one attempt.
 type acquireVotes struct {
 	masters, quorum int
@@ -246,16 +234,16 @@ type acquireVotes struct {
 // add counts one answer and reports whether the attempt is decided: a
 // majority granted the hold, or it cannot and no more answers could make it
 // busy rather than failed.
-func (v *acquireVotes) add(r nodeReply[acquireReply]) bool {
+func (v *acquireVotes) add(r nodeReply[store.AcquireReply]) bool {
 	switch {
 	case r.err != nil:
 		// Includes a hold granted but not acknowledged by the replicas
 		// WithReplicaAck asks for: not one to count on.
 		v.errs = append(v.errs, r.err)
-	case r.v.acquired:
-		v.granted[r.node] = r.v.token
+	case r.v.Acquired:
+		v.granted[r.node] = r.v.Token
 	default:
-		v.heldFor = append(v.heldFor, r.v.heldFor)
+		v.heldFor = append(v.heldFor, r.v.HeldFor)
 	}
 	pending := v.masters - len(v.granted) - len(v.heldFor) - len(v.errs)
 	return len(v.granted) >= v.quorum ||
@@ -277,11 +265,11 @@ func (v *acquireVotes) token() (token int64, agree int) {
 // when a majority answered, heldFor being how long until enough of the busy
 // masters are free to make a majority with those that granted it; else an
 // error.
-func (v *acquireVotes) notGranted(answered int, waited time.Duration) (acquireReply, error) {
+func (v *acquireVotes) notGranted(answered int, waited time.Duration) (store.AcquireReply, error) {
 	if need := v.quorum - len(v.granted); len(v.heldFor) >= need {
 		slices.Sort(v.heldFor)
-		return acquireReply{heldFor: v.heldFor[need-1]}, nil
+		return store.AcquireReply{HeldFor: v.heldFor[need-1]}, nil
 	}
 	errs := missing(v.errs, answered, v.masters, waited)
-	return acquireReply{}, noQuorum(fmt.Sprintf("acquire: %d of %d masters granted the hold, %d answered busy", len(v.granted), v.masters, len(v.heldFor)), v.quorum, v.masters, errs)
+	return store.AcquireReply{}, noQuorum(fmt.Sprintf("acquire: %d of %d masters granted the hold, %d answered busy", len(v.granted), v.masters, len(v.heldFor)), v.quorum, v.masters, errs)
 }

@@ -101,17 +101,20 @@ local function notify(what, permits)
   redis.call(PUBLISH, channel_of(key), what .. ' ' .. next .. dropped)
 end
 
-local got = redis.call('HMGET', key, owner .. ':t', owner .. ':x', 'writer', owner .. ':m')
-local token, x, writer, keep = got[1], got[2], got[3], got[4]
-if not token or (x and tonumber(x) <= clock()) then
+-- gone answers for a hold that is not there, or has expired: a retried
+-- final release whose first try applied (its marker), another owner's key,
+-- or nobody's.
+local function gone()
   -- What Redis recorded, not timing, tells a retried release from a lost one.
   if final and marker ~= '0' and redis.call('EXISTS', done) == 1 then return 1 end
   if redis.call('EXISTS', key) == 1 and sweep(key, clock()) > 0 then return -1 end
   return 0
 end
--- A permit holder writes without being the key's 'writer' (see prelude.lua).
-if writes ~= '0' and writer ~= owner and not redis.call('HGET', key, 'permits') then return -1 end
-if not final then
+
+-- recount sets the counts of a hold that goes on: a re-entry, a partial
+-- release, a downgrade (the writer keeps only read leases: readers may
+-- join).
+local function recount(writer)
   if writes ~= '0' then
     redis.call('HSET', key, owner, writes)
   else
@@ -128,40 +131,53 @@ if not final then
   end
   return 1
 end
-if marker ~= '0' then
-  redis.call('SET', done, '1', 'PX', marker)
-end
-if keep and tonumber(keep) > clock() and marker ~= '0' then
-  redis.call('HDEL', key, owner, owner .. ':r')
-  redis.call('HSET', key, owner .. ':x', keep)
-  extend_key(key, tonumber(keep) - clock())
-  notify('linger')
+
+-- let_go ends the hold: it is kept for MinHold, or the key is freed, or
+-- left to the other owners, and the waiters are told.
+local function let_go(x, writer, keep)
+  if marker ~= '0' then
+    redis.call('SET', done, '1', 'PX', marker)
+  end
+  if keep and tonumber(keep) > clock() and marker ~= '0' then
+    redis.call('HDEL', key, owner, owner .. ':r')
+    redis.call('HSET', key, owner .. ':x', keep)
+    extend_key(key, tonumber(keep) - clock())
+    notify('linger')
+    return 1
+  end
+  if not x then
+    -- The lone owner: the key is its alone.
+    redis.call('DEL', key)
+    notify('free')
+    return 1
+  end
+  -- Redis deletes the hash with its last field.
+  if writer == owner then
+    redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m', owner .. ':i', 'writer')
+  else
+    redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m', owner .. ':i')
+  end
+  -- Only a key without a writer can be one of permits.
+  local permits = writer ~= owner and redis.call('HGET', key, 'permits')
+  if permits and redis.call('HLEN', key) == 1 then
+    redis.call('DEL', key) -- no owner left, only their number of permits
+  end
+  if redis.call('EXISTS', key) == 0 then
+    notify('free')
+  elseif permits then
+    -- One permit freed while others keep theirs: it goes to one waiter.
+    notify('free', permits)
+  else
+    -- Others still hold it; the first waiter re-reads how long they may.
+    notify('held')
+  end
   return 1
 end
-if not x then
-  -- The lone owner: the key is its alone.
-  redis.call('DEL', key)
-  notify('free')
-  return 1
-end
--- Redis deletes the hash with its last field.
-if writer == owner then
-  redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m', owner .. ':i', 'writer')
-else
-  redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m', owner .. ':i')
-end
--- Only a key without a writer can be one of permits.
-local permits = writer ~= owner and redis.call('HGET', key, 'permits')
-if permits and redis.call('HLEN', key) == 1 then
-  redis.call('DEL', key) -- no owner left, only their number of permits
-end
-if redis.call('EXISTS', key) == 0 then
-  notify('free')
-elseif permits then
-  -- One permit freed while others keep theirs: it goes to one waiter.
-  notify('free', permits)
-else
-  -- Others still hold it; the first waiter re-reads how long they may.
-  notify('held')
-end
-return 1
+
+local got = redis.call('HMGET', key, owner .. ':t', owner .. ':x', 'writer', owner .. ':m')
+local token, x, writer, keep = got[1], got[2], got[3], got[4]
+if not token or (x and tonumber(x) <= clock()) then return gone() end
+-- A permit holder writes without being the key's 'writer' (see prelude.lua).
+if writes ~= '0' and writer ~= owner and not redis.call('HGET', key, 'permits') then return -1 end
+if not final then return recount(writer) end
+return let_go(x, writer, keep)

@@ -1,10 +1,13 @@
-package guard
+package quorumstore
 
 import (
 	"context"
 	"errors"
 	"slices"
 	"sync"
+	"time"
+
+	"github.com/jobguard/jobguard/guard/internal/store"
 )
 
 // The quorum's release notifications. A release runs on every master and
@@ -14,23 +17,23 @@ import (
 // Later copies of the same release wake a waiter that already tried again
 // at most once more; the fallback timer still covers a crashed holder.
 
-func (s *quorumStore) feedSlot(string) int { return noSlot }
+func (s *Store) FeedSlot(string) int { return store.NoSlot }
 
 // refresh does nothing: the masters of a quorum are standalone.
-func (s *quorumStore) refresh(context.Context) {}
+func (s *Store) Refresh(context.Context) {}
 
-func (s *quorumStore) openFeed(ctx context.Context, channel string) (feed, bool) {
-	f := &quorumFeed{feeds: make([]feed, len(s.nodes)), confirmedBy: make(map[string][]bool)}
+func (s *Store) OpenFeed(ctx context.Context, channel string) (store.Feed, bool) {
+	f := &quorumFeed{feeds: make([]store.Feed, len(s.nodes)), confirmedBy: make(map[string][]bool)}
 	for i, n := range s.nodes {
 		// A standalone client's feed connects on its first SUBSCRIBE.
-		f.feeds[i], _ = n.openFeed(ctx, channel)
+		f.feeds[i], _ = n.OpenFeed(ctx, channel)
 	}
 	return f, false
 }
 
 // quorumFeed fans the subscription connections of all masters into one.
 type quorumFeed struct {
-	feeds []feed
+	feeds []store.Feed
 	wg    sync.WaitGroup // subscriptions and unsubscriptions still being made
 
 	mu sync.Mutex
@@ -43,7 +46,7 @@ type quorumFeed struct {
 // subscribe subscribes channel on every master and returns once one of them
 // has it, or all failed: one subscription is enough to hear a release, and a
 // master that is slow to answer must not hold up the wait.
-func (f *quorumFeed) subscribe(ctx context.Context, channel string) error {
+func (f *quorumFeed) Subscribe(ctx context.Context, channel string) error {
 	f.mu.Lock()
 	f.confirmedBy[channel] = make([]bool, len(f.feeds))
 	f.mu.Unlock()
@@ -52,7 +55,7 @@ func (f *quorumFeed) subscribe(ctx context.Context, channel string) error {
 		f.wg.Go(func() {
 			ctx, cancel := outliving(ctx)
 			defer cancel()
-			errs <- sub.subscribe(ctx, channel)
+			errs <- sub.Subscribe(ctx, channel)
 		})
 	}
 	var failed []error
@@ -72,7 +75,7 @@ func (f *quorumFeed) subscribe(ctx context.Context, channel string) error {
 
 // unsubscribe drops channel on every master; one stuck behind a slow
 // subscription finishes on its own (close waits for it).
-func (f *quorumFeed) unsubscribe(ctx context.Context, channel string) error {
+func (f *quorumFeed) Unsubscribe(ctx context.Context, channel string) error {
 	f.mu.Lock()
 	delete(f.confirmedBy, channel)
 	f.mu.Unlock()
@@ -81,7 +84,7 @@ func (f *quorumFeed) unsubscribe(ctx context.Context, channel string) error {
 		f.wg.Go(func() {
 			ctx, cancel := outliving(ctx)
 			defer cancel()
-			errs <- sub.unsubscribe(ctx, channel)
+			errs <- sub.Unsubscribe(ctx, channel)
 		})
 	}
 	var failed []error
@@ -96,6 +99,10 @@ func (f *quorumFeed) unsubscribe(ctx context.Context, channel string) error {
 	return errors.Join(failed...)
 }
 
+// orphanTimeout bounds a master's part of a request whose caller set no
+// deadline.
+const orphanTimeout = 3 * time.Second
+
 // outliving returns a context for a master's part of a request that may
 // finish after its caller has returned: ctx's values and deadline, not its
 // cancellation. The deadline keeps a master that cannot be reached from
@@ -105,20 +112,24 @@ func outliving(ctx context.Context) (context.Context, context.CancelFunc) {
 	if d, ok := ctx.Deadline(); ok {
 		return context.WithDeadline(base, d)
 	}
-	return context.WithTimeout(base, feedIdle)
+	return context.WithTimeout(base, orphanTimeout)
 }
 
-// read reads every master's connection until close, passing on each
-// message and the confirmations that matter (see confirmedBy).
-func (f *quorumFeed) read(confirmed, dropped func(channel string), message func(channel, payload string)) {
+// Read reads every master's connection until Close, passing on each
+// notice and the confirmations that matter (see confirmedBy).
+func (f *quorumFeed) Read(ev store.FeedEvents) {
 	var wg sync.WaitGroup
 	for i, sub := range f.feeds {
 		wg.Go(func() {
-			sub.read(func(channel string) {
-				if f.confirm(i, channel) {
-					confirmed(channel)
-				}
-			}, dropped, message)
+			sub.Read(store.FeedEvents{
+				Confirmed: func(channel string) {
+					if f.confirm(i, channel) {
+						ev.Confirmed(channel)
+					}
+				},
+				Dropped: ev.Dropped,
+				Notice:  ev.Notice,
+			})
 		})
 	}
 	wg.Wait()
@@ -139,10 +150,10 @@ func (f *quorumFeed) confirm(i int, channel string) bool {
 	return first || again
 }
 
-func (f *quorumFeed) close() error {
+func (f *quorumFeed) Close() error {
 	errs := make([]error, len(f.feeds))
 	for i, sub := range f.feeds {
-		errs[i] = sub.close()
+		errs[i] = sub.Close()
 	}
 	f.wg.Wait()
 	return errors.Join(errs...)

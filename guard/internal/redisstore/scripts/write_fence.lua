@@ -13,7 +13,7 @@
 -- granted the hold after a majority had decided on a smaller token): then
 -- it comes down to the token, since nothing was minted after it.
 -- Returns 1: the counter holds at least the token afterwards.
--- Self-contained (no prelude): it runs by hash, outside the function library.
+-- It uses none of the prelude's helpers.
 local last = redis.pcall('GET', KEYS[1])
 if type(last) == 'table' and last.err then
   return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is not a fencing counter (' .. last.err .. ')')

@@ -1,4 +1,4 @@
-package guard
+package redisstore
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+
+	"github.com/jobguard/jobguard/guard/internal/store"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -28,6 +30,8 @@ var (
 	inspectLua string
 	//go:embed scripts/charge.lua
 	chargeLua string
+	//go:embed scripts/write_fence.lua
+	writeFenceLua string
 )
 
 // script is one of guard's Lua scripts. A server with FUNCTION (Redis 7
@@ -51,6 +55,7 @@ type scripts struct {
 	claimFenced               script
 	inspect                   script // inspect.lua: Inspect and ForceRelease
 	charge                    script
+	writeFence                script // write_fence.lua: a quorum's token written back
 	// library is the FUNCTION LOAD source. Its name carries a hash of the
 	// scripts, so Lockers of two versions of this package can share a
 	// server during a rolling deploy, each calling its own.
@@ -64,7 +69,7 @@ func newScripts(sharded bool) *scripts {
 	bodies := []struct {
 		name string
 		lua  string
-	}{{"acquire", acquireLua}, {"renew", renewLua}, {"set_counts", setCountsLua}, {"claim_fenced", claimFencedLua}, {"inspect", inspectLua}, {"charge", chargeLua}}
+	}{{"acquire", acquireLua}, {"renew", renewLua}, {"set_counts", setCountsLua}, {"claim_fenced", claimFencedLua}, {"inspect", inspectLua}, {"charge", chargeLua}, {"write_fence", writeFenceLua}}
 	h := sha1.New()
 	for _, b := range bodies {
 		h.Write([]byte(b.lua))
@@ -87,7 +92,7 @@ func newScripts(sharded bool) *scripts {
 		fmt.Fprintf(&lib, "redis.register_function('%s', function(KEYS, ARGV)\n%s\nend)\n", fn, b.lua)
 		made[i] = script{lua: redis.NewScript(evalPrelude + b.lua), fn: fn}
 	}
-	return &scripts{acquire: made[0], renew: made[1], setCounts: made[2], claimFenced: made[3], inspect: made[4], charge: made[5], library: lib.String()}
+	return &scripts{acquire: made[0], renew: made[1], setCounts: made[2], claimFenced: made[3], inspect: made[4], charge: made[5], writeFence: made[6], library: lib.String()}
 }
 
 // runFunction sends calls as FCALL of sc's function, setting each call's
@@ -96,7 +101,7 @@ func newScripts(sharded bool) *scripts {
 // calls again. ok is false when the caller must send them by hash instead:
 // the server knows no FCALL or its ACL denies it (from then on the store
 // uses EVALSHA), or the library could not be had where the calls landed.
-func (s *redisStore) runFunction(ctx context.Context, sc *script, route string, calls []scriptCall, ack bool) (unacked error, ok bool) {
+func (s *Store) runFunction(ctx context.Context, sc *script, route string, calls []scriptCall, ack bool) (unacked error, ok bool) {
 	wait := ack && s.replicas > 0
 	for attempt := 0; attempt < 2; attempt++ {
 		var waited *redis.Cmd
@@ -127,7 +132,7 @@ func (s *redisStore) runFunction(ctx context.Context, sc *script, route string, 
 // server that refuses FUNCTION LOAD for good (an ACL, a proxy that does not
 // know it) is not asked again; one that fails it for now (LOADING, READONLY
 // during a failover) is asked at the next call.
-func (s *redisStore) loadLibrary(ctx context.Context, route string) error {
+func (s *Store) loadLibrary(ctx context.Context, route string) error {
 	var err error
 	if s.cluster != nil {
 		node, nerr := s.cluster.MasterForKey(ctx, route)
@@ -155,7 +160,7 @@ type scriptCall struct {
 }
 
 // runOne sends call alone (see runScript) and returns its reply.
-func (s *redisStore) runOne(ctx context.Context, sc *script, route string, call scriptCall, ack bool) (reply *redis.Cmd, unacked, err error) {
+func (s *Store) runOne(ctx context.Context, sc *script, route string, call scriptCall, ack bool) (reply *redis.Cmd, unacked, err error) {
 	calls := [1]scriptCall{call}
 	unacked, err = s.runScript(ctx, sc, route, calls[:], ack)
 	return calls[0].reply, unacked, err
@@ -167,7 +172,7 @@ func (s *redisStore) runOne(ctx context.Context, sc *script, route string, call 
 // each call's reply, and returns unacked, when too few replicas
 // acknowledged, and err when the script could not be loaded (the replies
 // are then not to be read: unset, or a failed attempt's).
-func (s *redisStore) runScript(ctx context.Context, sc *script, route string, calls []scriptCall, ack bool) (unacked, err error) {
+func (s *Store) runScript(ctx context.Context, sc *script, route string, calls []scriptCall, ack bool) (unacked, err error) {
 	if !s.scripts.noFunctions.Load() {
 		if unacked, ok := s.runFunction(ctx, sc, route, calls, ack); ok {
 			return unacked, nil
@@ -182,7 +187,7 @@ func (s *redisStore) runScript(ctx context.Context, sc *script, route string, ca
 // redirection as EVALSHA does; a pipeline first has sc loaded on the node
 // that serves route and is sent again, then as EVAL if that node was not the
 // one that answered.
-func (s *redisStore) runEval(ctx context.Context, sc *redis.Script, route string, calls []scriptCall, ack bool) (unacked, err error) {
+func (s *Store) runEval(ctx context.Context, sc *redis.Script, route string, calls []scriptCall, ack bool) (unacked, err error) {
 	wait := ack && s.replicas > 0
 	if len(calls) == 1 && !wait {
 		// One command needs no pipeline, and costs less without one.
@@ -211,7 +216,7 @@ func (s *redisStore) runEval(ctx context.Context, sc *redis.Script, route string
 // pipeline sends calls as FCALL of fn when fn is set, else of sc by hash
 // or, with source, as EVAL, setting each call's reply; and WAIT after them
 // when wait is set.
-func (s *redisStore) pipeline(ctx context.Context, fn string, sc *redis.Script, calls []scriptCall, wait, source bool) (waited *redis.Cmd) {
+func (s *Store) pipeline(ctx context.Context, fn string, sc *redis.Script, calls []scriptCall, wait, source bool) (waited *redis.Cmd) {
 	pipe := s.client.Pipeline()
 	for i := range calls {
 		c := &calls[i]
@@ -232,21 +237,21 @@ func (s *redisStore) pipeline(ctx context.Context, fn string, sc *redis.Script, 
 }
 
 // checkAck reads WAIT's answer: nil when enough replicas acknowledged.
-func (s *redisStore) checkAck(waited *redis.Cmd) error {
+func (s *Store) checkAck(waited *redis.Cmd) error {
 	n, err := waited.Int64()
 	if err == nil && n >= int64(s.replicas) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %d of %d replicas within %v: %w", ErrNotReplicated, n, s.replicas, s.replicaTimeout, err)
+		return fmt.Errorf("%w: %d of %d replicas within %v: %w", store.ErrNotReplicated, n, s.replicas, s.replicaTimeout, err)
 	}
-	return fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, n, s.replicas, s.replicaTimeout)
+	return fmt.Errorf("%w: %d of %d replicas within %v", store.ErrNotReplicated, n, s.replicas, s.replicaTimeout)
 }
 
 // scripter returns where to load a script for the node that serves route:
 // on Cluster that node's master alone, since ClusterClient.ScriptLoad waits
 // for every master and a hung one would fail the healthy ones' requests.
-func (s *redisStore) scripter(ctx context.Context, route string) redis.Scripter {
+func (s *Store) scripter(ctx context.Context, route string) redis.Scripter {
 	if s.cluster != nil {
 		if node, err := s.cluster.MasterForKey(ctx, route); err == nil {
 			return node

@@ -1,0 +1,367 @@
+// Package redisstore keeps guard's leases in one Redis deployment: a
+// *redis.Client (standalone, or Sentinel through redis.NewFailoverClient)
+// or a *redis.ClusterClient. Each method is one typed call of one Lua
+// script (scripts/, a function library on Redis 7, EVALSHA elsewhere); the
+// KEYS and ARGV order of a script, the registrations in a lock's queue and
+// the messages of its channel are written and read here and nowhere else.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jobguard/jobguard/guard/internal/clock"
+	"github.com/jobguard/jobguard/guard/internal/store"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Store is one Redis deployment, as a store.Store.
+type Store struct {
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // nil outside Cluster
+	clock   clock.Clock
+
+	scripts *scripts // publishing with SPUBLISH on Cluster
+
+	replicas       int // WAIT for this many replicas after acquisitions and renewals; 0: don't
+	replicaTimeout time.Duration
+	// grants is whether a release may grant the key to a waiting writer
+	// (see Options.Quorum).
+	grants bool
+}
+
+// Options configure a Store.
+type Options struct {
+	// Replicas, when positive, makes acquisitions and renewals wait for
+	// that many replicas (WAIT) for up to ReplicaTimeout.
+	Replicas       int
+	ReplicaTimeout time.Duration
+	// Quorum declares the store one master of a quorum: a release there
+	// names the next waiting Locker rather than grant it the key, since
+	// one master's grant is not a majority's.
+	Quorum bool
+	// Clock is what the store's connections keep time by; nil is the real
+	// one.
+	Clock clock.Clock
+}
+
+// New returns a Store on client.
+func New(client redis.UniversalClient, o Options) *Store {
+	cc, _ := client.(*redis.ClusterClient)
+	c := o.Clock
+	if c == nil {
+		c = clock.Real{}
+	}
+	return &Store{
+		client:         client,
+		cluster:        cc,
+		clock:          c,
+		scripts:        newScripts(cc != nil),
+		replicas:       o.Replicas,
+		replicaTimeout: o.ReplicaTimeout,
+		// A writer waiting for replica acks is named, not granted: the
+		// release does not wait for replicas.
+		grants: !o.Quorum && o.Replicas == 0,
+	}
+}
+
+// Caps: one deployment bounds permits.
+func (s *Store) Caps() store.Caps { return store.Caps{Permits: true} }
+
+func (s *Store) Acquire(ctx context.Context, k store.Keys, a store.AcquireArgs) (store.AcquireReply, error) {
+	mode := "r"
+	if a.Write {
+		mode = "w"
+	}
+	call := scriptCall{
+		keys: []string{k.Lock, k.Fence, k.Waiters},
+		args: []any{a.Owner, ms(a.TTL), mode, s.registration(a), a.Identity},
+	}
+	// The trailing arguments at their defaults are left out (see acquire.lua).
+	switch {
+	case a.Permits > 1:
+		call.args = append(call.args, ms(a.MinHold), ms(a.FenceTTL), a.Permits)
+	case a.FenceTTL > 0:
+		call.args = append(call.args, ms(a.MinHold), ms(a.FenceTTL))
+	case a.MinHold > 0:
+		call.args = append(call.args, ms(a.MinHold))
+	}
+	reply, unacked, err := s.runOne(ctx, &s.scripts.acquire, k.Lock, call, true)
+	if err != nil {
+		return store.AcquireReply{}, s.classify(err)
+	}
+	vals, err := reply.Int64Slice()
+	switch {
+	case err != nil:
+		return store.AcquireReply{}, s.classify(err)
+	case len(vals) < 2:
+		return store.AcquireReply{}, fmt.Errorf("guard: unexpected acquire reply %v", vals)
+	case vals[0] == -1:
+		return store.AcquireReply{}, fmt.Errorf("%w: its holders hold %d, this acquisition asks for %d", store.ErrPermitsDiffer, vals[1], a.Permits)
+	case vals[0] != 1:
+		rep := store.AcquireReply{HeldFor: time.Duration(vals[1]) * time.Millisecond}
+		if len(vals) > 2 {
+			rep.Minted = vals[2]
+		}
+		return rep, nil
+	}
+	// Unacknowledged, the hold is acquired and an error: the Locker drops it,
+	// since nobody may rely on a hold a failover could forget.
+	return store.AcquireReply{Acquired: true, Token: vals[1]}, unacked
+}
+
+func (s *Store) SetCounts(ctx context.Context, k store.Keys, a store.CountArgs) (store.Outcome, error) {
+	call := scriptCall{
+		keys: []string{k.Lock, k.Waiters, k.DoneMarker(a.Owner), k.Fence},
+		args: []any{a.Owner, ms(a.Marker)},
+	}
+	if a.Writes != 0 || a.Reads != 0 { // a final release sends no counts (see set_counts.lua)
+		call.args = append(call.args, a.Writes, a.Reads)
+	}
+	reply, _, err := s.runOne(ctx, &s.scripts.setCounts, k.Lock, call, false)
+	if err != nil {
+		return 0, s.classify(err)
+	}
+	res, err := reply.Int64()
+	return store.Outcome(res), s.classify(err)
+}
+
+func (s *Store) Renew(ctx context.Context, batch []store.RenewArgs) ([]store.RenewReply, error) {
+	calls := make([]scriptCall, len(batch))
+	for i, r := range batch {
+		calls[i] = scriptCall{keys: []string{r.Lock}, args: []any{r.Owner, ms(r.TTL)}}
+	}
+	unacked, err := s.runScript(ctx, &s.scripts.renew, batch[0].Lock, calls, true)
+	if err != nil {
+		return nil, s.classify(err)
+	}
+	out := make([]store.RenewReply, len(batch))
+	for i, c := range calls {
+		res, err := c.reply.Int64()
+		err = s.classify(err)
+		if err == nil && unacked != nil {
+			err = unacked // renewed on the master only: a failover could forget it
+		}
+		out[i] = store.RenewReply{Outcome: store.Outcome(res), Err: err}
+	}
+	return out, nil
+}
+
+func (s *Store) RenewalGroup(ctx context.Context, key string) string {
+	if s.cluster == nil {
+		return ""
+	}
+	// The cluster state is loaded by the acquisition before any renewal,
+	// so this is a lookup, not a request. A slot that moved is found again
+	// at the next renewal; until then go-redis follows the redirection.
+	node, err := s.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
+}
+
+// classify is the package's classify, and on Cluster, when a request got
+// no reply, it also has the client reload its slot map. go-redis reloads
+// it on a MOVED reply, but not when a master stops answering: without
+// this, after a master is SIGKILLed and its replica promoted, every
+// request for its slots goes on dialing the dead address until the map is
+// ClusterStateReloadInterval old (60s by default since go-redis 9.22),
+// and the leases the promoted replica still has are lost at their stop
+// time. The reload is lazy and go-redis runs at most one at a time.
+func (s *Store) classify(err error) error {
+	err = classify(err)
+	if _, noReply := errors.AsType[*store.NoReplyError](err); noReply && s.cluster != nil {
+		s.cluster.ReloadState(context.Background())
+	}
+	return err
+}
+
+// classify puts a go-redis error in the store's terms: a WRONGTYPE reply
+// matches store.ErrWrongType, and an error that is not a reply from the server
+// (a broken connection, a timeout) is a NoReplyError: the request may have
+// run.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	// AsType rather than As: As's target would escape, costing every
+	// request an allocation, even one without an error.
+	_, reply := errors.AsType[redis.Error](err)
+	switch {
+	case reply && strings.HasPrefix(err.Error(), "WRONGTYPE"):
+		return fmt.Errorf("%w: %s", store.ErrWrongType, strings.TrimPrefix(err.Error(), "WRONGTYPE "))
+	case reply:
+		return err
+	default:
+		return &store.NoReplyError{Err: err}
+	}
+}
+
+func (s *Store) FeedSlot(channel string) int {
+	if s.cluster == nil {
+		return store.NoSlot
+	}
+	return hashSlot(channel)
+}
+
+func (s *Store) OpenFeed(ctx context.Context, channel string) (store.Feed, bool) {
+	if s.cluster != nil {
+		// A Cluster PubSub connects to the node of its first channel: it
+		// is opened subscribed, before its reader starts, or a read would
+		// connect it to any node.
+		open := func(ctx context.Context, channels ...string) *redis.PubSub {
+			return s.cluster.SSubscribe(ctx, channels...)
+		}
+		return newRedisFeed(ctx, s.clock, open, true, channel), true
+	}
+	open := func(ctx context.Context, channels ...string) *redis.PubSub {
+		return s.client.Subscribe(ctx, channels...)
+	}
+	return newRedisFeed(ctx, s.clock, open, false), false
+}
+
+func (s *Store) Refresh(ctx context.Context) {
+	if s.cluster == nil {
+		return
+	}
+	// ForEachMaster reloads the slot map before it runs, and waits for it;
+	// ReloadState would only ask for a reload later.
+	_ = s.cluster.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })
+}
+
+func (s *Store) Withdraw(ctx context.Context, k store.Keys, a store.AcquireArgs) (bool, error) {
+	n, err := s.client.ZRem(ctx, k.Waiters, s.registration(a)).Result()
+	return n == 1, s.classify(err)
+}
+
+// Close releases nothing: the client belongs to the caller of New.
+func (s *Store) Close() error { return nil }
+
+func (s *Store) Claim(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
+	stored, err := s.client.SetNX(ctx, key, value, ttl).Result()
+	return stored, s.classify(err)
+}
+
+func (s *Store) Claimed(ctx context.Context, key string) ([]byte, bool, error) {
+	value, err := s.client.Get(ctx, key).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, false, nil
+	}
+	return value, err == nil, s.classify(err)
+}
+
+// hashSlot returns the Cluster hash slot of key: CRC16 (XMODEM) of its hash
+// tag, the part between the first '{' and the next '}' if not empty, or of
+// the whole key, modulo 16384.
+func hashSlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
+
+// ms converts d to whole milliseconds for a script, rounding a positive
+// duration below 1ms up so that it does not read as "none".
+func ms(d time.Duration) int64 {
+	if d > 0 && d < time.Millisecond {
+		return 1
+	}
+	return d.Milliseconds()
+}
+
+func (s *Store) ClaimFenced(ctx context.Context, fence, key string, token int64, value []byte, ttl time.Duration) (int64, error) {
+	call := scriptCall{keys: []string{fence, key}, args: []any{token, value, ms(ttl)}}
+	reply, _, err := s.runOne(ctx, &s.scripts.claimFenced, key, call, false)
+	if err != nil {
+		return 0, s.classify(err)
+	}
+	counter, err := reply.Int64()
+	return counter, s.classify(err)
+}
+
+func (s *Store) Charge(ctx context.Context, key string, amount, limit int64, window time.Duration) (bool, time.Duration, error) {
+	call := scriptCall{keys: []string{key}, args: []any{amount, limit, ms(window)}}
+	reply, _, err := s.runOne(ctx, &s.scripts.charge, key, call, false)
+	if err != nil {
+		return false, 0, s.classify(err)
+	}
+	vals, err := reply.Int64Slice()
+	switch {
+	case err != nil:
+		return false, 0, s.classify(err)
+	case len(vals) != 2:
+		return false, 0, fmt.Errorf("guard: unexpected charge reply %v", vals)
+	}
+	return vals[0] == 1, time.Duration(vals[1]) * time.Millisecond, nil
+}
+
+// configPolicy reads maxmemory and maxmemory-policy from a CONFIG GET
+// reply.
+func configPolicy(node string, config map[string]string) store.ServerPolicy {
+	return store.ServerPolicy{Node: node, MaxMemory: strings.TrimSpace(config["maxmemory"]), Policy: strings.TrimSpace(config["maxmemory-policy"])}
+}
+
+func (s *Store) EvictionPolicies(ctx context.Context) ([]store.ServerPolicy, error) {
+	read := func(ctx context.Context, c *redis.Client, node string) (store.ServerPolicy, error) {
+		config, err := c.ConfigGet(ctx, "maxmemory*").Result()
+		return configPolicy(node, config), err
+	}
+	if s.cluster == nil {
+		c, ok := s.client.(*redis.Client)
+		if !ok {
+			return nil, nil
+		}
+		p, err := read(ctx, c, c.Options().Addr)
+		if err != nil {
+			return nil, err
+		}
+		return []store.ServerPolicy{p}, nil
+	}
+	var mu sync.Mutex
+	var policies []store.ServerPolicy
+	err := s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		p, err := read(ctx, c, c.Options().Addr)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		policies = append(policies, p)
+		mu.Unlock()
+		return nil
+	})
+	return policies, err
+}
+
+// WriteFence writes token to k's fencing counter where it differs
+// (write_fence.lua); minted is the token this server returned to the same
+// attempt, 0 if none. The quorum calls it on its masters.
+func (s *Store) WriteFence(ctx context.Context, k store.Keys, token, minted int64, a store.AcquireArgs) error {
+	call := scriptCall{
+		keys: []string{k.Fence, k.Lock},
+		args: []any{strconv.FormatInt(token, 10), ms(a.FenceTTL), ms(a.TTL), strconv.FormatInt(minted, 10), a.Owner},
+	}
+	_, _, err := s.runOne(ctx, &s.scripts.writeFence, k.Lock, call, false)
+	return s.classify(err)
+}
+
+var _ store.Store = (*Store)(nil)
