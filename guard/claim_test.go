@@ -2,41 +2,11 @@ package guard_test
 
 import (
 	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jobguard/jobguard/guard"
 )
-
-func TestClaimOnceAcrossLockers(t *testing.T) {
-	_, ls := newLockers(t, 4)
-	var winners atomic.Int32
-	var wg sync.WaitGroup
-	for i, l := range ls {
-		wg.Go(func() {
-			ok, err := l.Claim(t.Context(), "tick-42", []byte{byte('a' + i)}, time.Second)
-			if err != nil {
-				t.Errorf("Claim: %v", err)
-			}
-			if ok {
-				winners.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	if winners.Load() != 1 {
-		t.Fatalf("%d Lockers claimed the same key, want 1", winners.Load())
-	}
-	v, ok, err := ls[0].Claimed(t.Context(), "tick-42")
-	if err != nil || !ok || len(v) != 1 {
-		t.Fatalf("Claimed = %q, %v, %v; want the winner's value", v, ok, err)
-	}
-	// A claim never blocks the lock of the same key.
-	le := mustAcquire(t, t.Context(), ls[1], "tick-42", guard.Wait(0))
-	mustRelease(t, le)
-}
 
 func TestClaimExpires(t *testing.T) {
 	_, ls := newLockers(t, 1)

@@ -51,19 +51,6 @@ func TestParentCanceledKeepsLeaseUntilJobReturns(t *testing.T) {
 	mustRelease(t, le)
 }
 
-func TestHeartbeatKeepsLeaseBeyondTTL(t *testing.T) {
-	_, ls := newLockers(t, 2, guard.WithTTL(300*time.Millisecond))
-	le := mustAcquire(t, t.Context(), ls[0], "long")
-	time.Sleep(time.Second)
-	if err := le.Context().Err(); err != nil {
-		t.Fatalf("lease ended: %v", context.Cause(le.Context()))
-	}
-	if _, err := ls[1].Acquire(t.Context(), "long", guard.Wait(0)); !errors.Is(err, guard.ErrNotAcquired) {
-		t.Fatalf("after 3 TTLs: err = %v, want ErrNotAcquired", err)
-	}
-	mustRelease(t, le)
-}
-
 func TestLeaseLostWhenKeyTakenAway(t *testing.T) {
 	srv, ls := newLockers(t, 1, guard.WithTTL(900*time.Millisecond))
 	client := srv.Client(t)
@@ -84,23 +71,6 @@ func TestLeaseLostWhenKeyTakenAway(t *testing.T) {
 	if lostAfter > 600*time.Millisecond {
 		t.Fatalf("loss noticed after %v, want at the next renewal", lostAfter)
 	}
-}
-
-func TestMinHold(t *testing.T) {
-	_, ls := newLockers(t, 2)
-	start := time.Now()
-	err := ls[0].WithLock(t.Context(), "min", func(context.Context) error { return nil }, guard.MinHold(700*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ls[1].Acquire(t.Context(), "min", guard.Wait(0)); !errors.Is(err, guard.ErrNotAcquired) {
-		t.Fatalf("right after a short job with MinHold: err = %v, want ErrNotAcquired", err)
-	}
-	le := mustAcquire(t, t.Context(), ls[1], "min", guard.Wait(3*time.Second))
-	if held := time.Since(start); held < 650*time.Millisecond {
-		t.Fatalf("key free after %v, want >= MinHold 700ms", held)
-	}
-	mustRelease(t, le)
 }
 
 func TestCloseReleasesHeldLeases(t *testing.T) {
