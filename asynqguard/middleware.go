@@ -10,6 +10,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/internal/throttle"
 )
 
 // doneTimeout bounds storing the done record after the handler succeeded,
@@ -44,7 +45,7 @@ func New(l *guard.Locker, opts ...Option) (asynq.MiddlewareFunc, error) {
 			return nil, fmt.Errorf("asynqguard: %w", err)
 		}
 	}
-	m := &middleware{l: l, cfg: cfg, busy: newBusyLog(busyLogKeys)}
+	m := &middleware{l: l, cfg: cfg, busy: throttle.New(throttle.Every, throttle.Keys)}
 	return m.wrap, nil
 }
 
@@ -69,7 +70,7 @@ func Middleware(l *guard.Locker, opts ...Option) asynq.MiddlewareFunc {
 type middleware struct {
 	l    *guard.Locker
 	cfg  config
-	busy *busyLog
+	busy *throttle.Throttle // busy attempts to log, per key
 }
 
 // wrap panics on a nil handler: that is a wiring mistake, found when the
@@ -210,8 +211,8 @@ func (m *middleware) notRun(ctx context.Context, key string, err error, attrs []
 		return fmt.Errorf("%w: %w", busy, asynq.SkipRetry)
 	default:
 		// Retried again and again while the key stays busy: logged once
-		// per busyLogEvery per key, not at every attempt.
-		if log, repeated := m.busy.report(key, time.Now()); log {
+		// per throttle.Every per key, not at every attempt.
+		if log, repeated := m.busy.Allow(key, time.Now()); log {
 			args := []any{"lock_key", key}
 			if held, ok := guard.HeldFor(err); ok {
 				args = append(args, "held_for", held)

@@ -4,13 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/internal/adapt"
 )
 
 // Option configures the middleware. Options are validated by New and
@@ -219,9 +218,8 @@ func newConfig(opts []Option) (config, error) {
 	return c, nil
 }
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("asynqguard: %w: "+format, append([]any{guard.ErrInvalid}, args...)...)
-}
+// invalid is a configuration error, matching guard.ErrInvalid.
+func invalid(format string, args ...any) error { return adapt.Invalidf("asynqguard", format, args...) }
 
 // defaultKey is the task type and the hex SHA-256 of the payload. A '}'
 // in the type (which guard rejects, as it would break the Cluster hash

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/internal/throttle"
 	"github.com/robfig/cron/v3"
 )
 
@@ -116,7 +117,7 @@ type guarded struct {
 	name string
 	fn   func(context.Context) error
 	cfg  config
-	busy contention
+	busy *throttle.Throttle // busy skips to log: one key, the job's
 }
 
 func newGuarded(l *guard.Locker, name string, opts []Option) (*guarded, error) {
@@ -124,7 +125,7 @@ func newGuarded(l *guard.Locker, name string, opts []Option) (*guarded, error) {
 	if err := cfg.err(); err != nil {
 		return nil, err
 	}
-	return &guarded{l: l, name: name, cfg: cfg}, nil
+	return &guarded{l: l, name: name, cfg: cfg, busy: throttle.New(throttle.Every, 1)}, nil
 }
 
 // Run is what cron calls at every activation: it claims the activation's
@@ -226,7 +227,7 @@ func (g *guarded) logOutcome(o outcome, kv []any) {
 // not logged.
 func (g *guarded) logBusy(kv []any) {
 	c := &g.cfg
-	log, repeated := g.busy.report(c.now())
+	log, repeated := g.busy.Allow(g.name, c.now())
 	if !log {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/internal/adapt"
 	"github.com/robfig/cron/v3"
 )
 
@@ -279,28 +280,8 @@ func (c *config) lockOptions(name, tick string) []guard.LockOption {
 	return opts
 }
 
-// invalidError is a configuration error: it matches guard.ErrInvalid and
-// the underlying cause, if any.
-type invalidError struct {
-	what  string
-	cause error
-}
-
-func invalid(what string, cause error) error { return &invalidError{what: what, cause: cause} }
-
-func (e *invalidError) Error() string {
-	if e.cause == nil {
-		return "cronguard: invalid configuration: " + e.what
-	}
-	return "cronguard: invalid configuration: " + e.what + ": " + e.cause.Error()
-}
-
-func (e *invalidError) Unwrap() []error {
-	if e.cause == nil {
-		return []error{guard.ErrInvalid}
-	}
-	return []error{guard.ErrInvalid, e.cause}
-}
+// invalid is a configuration error, matching guard.ErrInvalid (and cause).
+func invalid(what string, cause error) error { return adapt.Invalid("cronguard", what, cause) }
 
 // discard is the default Logger.
 type discard struct{}

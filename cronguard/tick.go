@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/jobguard/jobguard/internal/adapt"
 	"github.com/robfig/cron/v3"
 )
 
@@ -39,7 +40,7 @@ func (c *config) tickOf(now time.Time) (tick time.Time, claim time.Duration) {
 		return now.Truncate(time.Second), unknownPeriodClaim
 	}
 	if d, ok := constantDelay(c.schedule); ok {
-		return bucket(now, d), claimFor(d)
+		return adapt.Bucket(now, d), claimFor(d)
 	}
 	tick, ok := latestActivation(c.schedule, now)
 	if !ok { // never fires (cron would not call us): name the second
@@ -53,27 +54,6 @@ func (c *config) tickOf(now time.Time) (tick time.Time, claim time.Duration) {
 }
 
 func claimFor(period time.Duration) time.Duration { return max(2*period, minClaim) }
-
-// bucket returns the start of the d-long bucket, counted from the Unix
-// epoch, that holds t. Instances start an @every schedule at different
-// moments; they agree on buckets.
-func bucket(t time.Time, d time.Duration) time.Time {
-	if d%time.Second == 0 { // cron.Every: whole seconds; no overflow in any year
-		sec, ds := t.Unix(), int64(d/time.Second)
-		return time.Unix(sec-mod(sec, ds), 0).In(t.Location())
-	}
-	ns := t.UnixNano()
-	return time.Unix(0, ns-mod(ns, int64(d))).In(t.Location())
-}
-
-// mod is the non-negative remainder of a / b, for b > 0.
-func mod(a, b int64) int64 {
-	m := a % b
-	if m < 0 {
-		m += b
-	}
-	return m
-}
 
 // latestActivation returns the latest activation of s at or before now.
 // Next(t) is the first activation after t, and it does not decrease as t

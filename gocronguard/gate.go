@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/internal/throttle"
 )
 
 var (
@@ -26,7 +27,11 @@ var (
 type gate struct {
 	l    *guard.Locker
 	cfg  config
-	busy contention
+	busy *throttle.Throttle // busy skips to log, per key
+}
+
+func newGate(l *guard.Locker, cfg config) gate {
+	return gate{l: l, cfg: cfg, busy: throttle.New(throttle.Every, throttle.Keys)}
 }
 
 // notRun logs why a run of a job did not get in, and returns the error
@@ -56,7 +61,7 @@ func (g *gate) notRun(ctx context.Context, key string, err error, kv []any) (ski
 // than its period would log at every run, so a key's busy skips are logged
 // once per contentionLogEvery, with the count of those not logged.
 func (g *gate) logBusy(key string, kv []any) {
-	log, repeated := g.busy.report(key, g.cfg.now())
+	log, repeated := g.busy.Allow(key, g.cfg.now())
 	if !log {
 		return
 	}

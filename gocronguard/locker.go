@@ -44,7 +44,7 @@ func Locker(l *guard.Locker, opts ...Option) gocron.Locker {
 	if err := cfg.err(); err != nil {
 		panic(err)
 	}
-	return &locker{gate: gate{l: l, cfg: cfg}, taskName: funcName((*task)(nil).run)}
+	return &locker{gate: newGate(l, cfg), taskName: funcName((*task)(nil).run)}
 }
 
 // locker is the gocron.Locker that Locker returns.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/internal/adapt"
 )
 
 // Option configures a Locker or a Task. Options are validated when the
@@ -224,28 +225,8 @@ func (c *config) lockOptions(name, tick string) []guard.LockOption {
 	return opts
 }
 
-// invalidError is a configuration error: it matches guard.ErrInvalid and
-// the underlying cause, if any.
-type invalidError struct {
-	what  string
-	cause error
-}
-
-func invalid(what string, cause error) error { return &invalidError{what: what, cause: cause} }
-
-func (e *invalidError) Error() string {
-	if e.cause == nil {
-		return "gocronguard: invalid configuration: " + e.what
-	}
-	return "gocronguard: invalid configuration: " + e.what + ": " + e.cause.Error()
-}
-
-func (e *invalidError) Unwrap() []error {
-	if e.cause == nil {
-		return []error{guard.ErrInvalid}
-	}
-	return []error{guard.ErrInvalid, e.cause}
-}
+// invalid is a configuration error, matching guard.ErrInvalid (and cause).
+func invalid(what string, cause error) error { return adapt.Invalid("gocronguard", what, cause) }
 
 // isNilPointer reports whether v is an interface holding a nil pointer.
 func isNilPointer(v any) bool {

@@ -72,7 +72,7 @@ func newTask(l *guard.Locker, name string, fn func(context.Context) error, opts 
 	case cfg.prefixSet || cfg.keyFunc != nil:
 		return nil, invalid("Prefix or KeyFunc given to Task", errors.New("a Task's lease key is its name"))
 	}
-	return &task{gate: gate{l: l, cfg: cfg}, name: name, fn: fn}, nil
+	return &task{gate: newGate(l, cfg), name: name, fn: fn}, nil
 }
 
 // run is the function gocron runs, with the job's context: it claims the

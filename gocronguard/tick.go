@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/internal/adapt"
 )
 
 // tickOf returns the tick a run asking for the lock at now belongs to (the
@@ -21,7 +22,7 @@ import (
 // scheduled time, and gets that time's window while it is less late than
 // the rest of the window.
 func (c *config) tickOf(now time.Time) (tick time.Time, claim time.Duration) {
-	return bucket(now, c.window), max(2*c.window, minClaim)
+	return adapt.Bucket(now, c.window), max(2*c.window, minClaim)
 }
 
 // admit claims the tick of a run of the job whose lease key is key, unless
@@ -43,25 +44,4 @@ func (c *config) admit(ctx context.Context, l *guard.Locker, key string) (tick t
 		return tick, label, ErrTickClaimed
 	}
 	return tick, label, nil
-}
-
-// bucket returns the start of the d-long bucket, counted from the Unix
-// epoch, that holds t. Instances start a DurationJob at different
-// moments; they agree on buckets.
-func bucket(t time.Time, d time.Duration) time.Time {
-	if d%time.Second == 0 { // whole seconds: no overflow in any year
-		sec, ds := t.Unix(), int64(d/time.Second)
-		return time.Unix(sec-mod(sec, ds), 0).In(t.Location())
-	}
-	ns := t.UnixNano()
-	return time.Unix(0, ns-mod(ns, int64(d))).In(t.Location())
-}
-
-// mod is the non-negative remainder of a / b, for b > 0.
-func mod(a, b int64) int64 {
-	m := a % b
-	if m < 0 {
-		m += b
-	}
-	return m
 }

@@ -61,28 +61,3 @@ func TestTickOfSkewedFiring(t *testing.T) {
 		}
 	}
 }
-
-func TestContention(t *testing.T) {
-	var c contention
-	t0 := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
-	steps := []struct {
-		key      string
-		at       time.Duration
-		log      bool
-		repeated int
-	}{
-		{"a", 0, true, 0},
-		{"a", time.Second, false, 0},
-		{"b", time.Second, true, 0}, // keys are apart
-		{"a", 30 * time.Second, false, 0},
-		{"a", 61 * time.Second, true, 2},
-		{"a", 62 * time.Second, false, 0},
-		{"a", -time.Second, true, 1}, // a clock stepped back logs at once
-	}
-	for i, s := range steps {
-		log, repeated := c.report(s.key, t0.Add(s.at))
-		if log != s.log || repeated != s.repeated {
-			t.Errorf("step %d (%s at %v): log %v, repeated %d; want %v, %d", i, s.key, s.at, log, repeated, s.log, s.repeated)
-		}
-	}
-}

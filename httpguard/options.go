@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/internal/adapt"
 )
 
 // Option configures Middleware. Middleware validates every option and panics
@@ -350,9 +351,8 @@ func (c *config) checkTTL(l *guard.Locker) error {
 	return nil
 }
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("httpguard: %w: %s", guard.ErrInvalid, fmt.Sprintf(format, args...))
-}
+// invalid is a configuration error, matching guard.ErrInvalid.
+func invalid(format string, args ...any) error { return adapt.Invalidf("httpguard", format, args...) }
 
 // isToken reports whether s is an RFC 9110 token (a method or a field name).
 func isToken(s string) bool {
