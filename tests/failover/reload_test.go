@@ -1,4 +1,4 @@
-package guard_test
+package failover_test
 
 // A Cluster failover with go-redis's default client: guard reloads the
 // slot map when a request gets no reply.

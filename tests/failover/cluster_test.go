@@ -1,4 +1,4 @@
-package guard_test
+package failover_test
 
 import (
 	"context"
