@@ -17,7 +17,7 @@ import (
 )
 
 // Failover tests of guard.New on a Cluster with replicas and on a Sentinel
-// set (failover_sentinel_test.go). They assert exclusion and the order of
+// set (sentinel_test.go). They assert exclusion and the order of
 // events (a holder is told to stop before another owner gets in), never
 // speed; each logs a timeline of what happened, relative to the SIGKILL,
 // for the maintainers to read.
