@@ -13,6 +13,12 @@ import (
 // a key to its payload. A claim lives beside the lock of the same key (same
 // Cluster slot) and never blocks it. The ttl must be positive; it is counted
 // on the server. ClaimFenced writes the same value, newest hold first.
+//
+// On a quorum (NewQuorum) a claim stands when a majority of masters stored
+// it. Claimers that ask at once can split the masters so that none has a
+// majority; each then takes back what it stored and tries again after a
+// random delay, so one of them wins, or, when the masters cannot be had
+// before ctx's deadline or the request timeout, each gets an error.
 func (l *Locker) Claim(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
 	if ctx == nil {
 		return false, fmt.Errorf("%w: nil context", ErrInvalid)

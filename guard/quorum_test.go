@@ -345,3 +345,37 @@ func TestQuorumClaimFenced(t *testing.T) {
 		t.Fatalf("Claimed = %q, %v, %v; want second", v, ok, err)
 	}
 }
+
+// Claimers that ask at once split the masters now and then (each first on
+// a minority); they take back what they stored and try again, so every
+// claim has exactly one winner, never none.
+func TestQuorumConcurrentClaimsHaveOneWinner(t *testing.T) {
+	_, addrs := startQuorum(t, 3)
+	lockers := make([]*guard.Locker, 5)
+	for i := range lockers {
+		lockers[i] = newQuorumLocker(t, addrs, nil)
+	}
+	for round := range 30 {
+		key := fmt.Sprintf("tick-%d", round)
+		var winners atomic.Int32
+		var wg sync.WaitGroup
+		for i, l := range lockers {
+			wg.Go(func() {
+				ok, err := l.Claim(t.Context(), key, []byte{byte('a' + i)}, time.Minute)
+				if err != nil {
+					t.Errorf("Claim: %v", err)
+				}
+				if ok {
+					winners.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := winners.Load(); n != 1 {
+			t.Fatalf("round %d: %d winners, want 1", round, n)
+		}
+		if v, ok, err := lockers[0].Claimed(t.Context(), key); err != nil || !ok || len(v) != 1 {
+			t.Fatalf("round %d: Claimed = %q, %v, %v; want the winner's value", round, v, ok, err)
+		}
+	}
+}

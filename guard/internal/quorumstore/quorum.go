@@ -386,83 +386,9 @@ func (s *Store) Renew(ctx context.Context, batch []store.RenewArgs) ([]store.Ren
 // each of its pipelines goes to every master at once (renew).
 func (s *Store) RenewalGroup(context.Context, string) string { return "" }
 
-// claim stores value on every master that has none. It reports true when a
-// majority stored it, false when a majority already had a value, and an
-// error otherwise; a value stored on fewer than a majority is left to expire
-// with ttl (only its owner could tell it from another's).
-func (s *Store) Claim(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
-	start, deadline := s.clock.Now(), s.deadline(ctx)
-	replies := each(s, ctx, deadline, func(ctx context.Context, _ int, n *redisstore.Store) (bool, error) {
-		return n.Claim(ctx, key, value, ttl)
-	})
-	var stored, refused int
-	var errs []error
-	answered := collect(s, ctx, deadline, replies, func(r nodeReply[bool]) bool {
-		switch {
-		case r.err != nil:
-			errs = append(errs, r.err)
-		case r.v:
-			stored++
-		default:
-			refused++
-		}
-		pending := len(s.nodes) - stored - refused - len(errs)
-		return stored >= s.quorum || refused >= s.quorum || (stored+pending < s.quorum && refused+pending < s.quorum)
-	})
-	switch {
-	case stored >= s.quorum:
-		return true, nil
-	case refused >= s.quorum:
-		return false, nil
-	}
-	errs = missing(errs, answered, len(s.nodes), deadline.Sub(start))
-	return false, noQuorum(fmt.Sprintf("claim: %d of %d masters stored it, %d had a value", stored, len(s.nodes), refused), s.quorum, len(s.nodes), errs)
-}
-
-// claimed returns the value a majority of the masters stores under key. When
-// every master answered and no value has a majority, nothing is claimed; when
-// some did not answer and none has, it is an error.
-func (s *Store) Claimed(ctx context.Context, key string) ([]byte, bool, error) {
-	type value struct {
-		b  []byte
-		ok bool
-	}
-	start, deadline := s.clock.Now(), s.deadline(ctx)
-	replies := each(s, ctx, deadline, func(ctx context.Context, _ int, n *redisstore.Store) (value, error) {
-		b, ok, err := n.Claimed(ctx, key)
-		return value{b, ok}, err
-	})
-	votes := make(map[string]int) // by value; "\x00none" for no value (a value is never that with ok false)
-	var errs []error
-	var winner *value
-	answered := collect(s, ctx, deadline, replies, func(r nodeReply[value]) bool {
-		if r.err != nil {
-			errs = append(errs, r.err)
-			return false
-		}
-		id := "\x00none"
-		if r.v.ok {
-			id = "\x01" + string(r.v.b)
-		}
-		if votes[id]++; votes[id] >= s.quorum {
-			winner = &r.v
-			return true
-		}
-		return false
-	})
-	switch {
-	case winner != nil && winner.ok:
-		return winner.b, true, nil
-	case winner != nil, answered == len(s.nodes) && len(errs) == 0:
-		return nil, false, nil
-	}
-	errs = missing(errs, answered, len(s.nodes), deadline.Sub(start))
-	return nil, false, noQuorum("claimed: no value on a majority", s.quorum, len(s.nodes), errs)
-}
-
 // withdraw takes the acquisition's registration out of the lock's queue on
 // every master. removed is true only when every master answered: a quorum
-// never grants a key (see newQuorumStore), but the Locker then drops
+// never grants a key (see New), but the Locker then drops
 // whatever a master that did not answer may hold for it.
 func (s *Store) Withdraw(ctx context.Context, k store.Keys, a store.AcquireArgs) (bool, error) {
 	deadline := s.deadline(ctx)

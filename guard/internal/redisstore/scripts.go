@@ -32,6 +32,8 @@ var (
 	chargeLua string
 	//go:embed scripts/write_fence.lua
 	writeFenceLua string
+	//go:embed scripts/unclaim.lua
+	unclaimLua string
 )
 
 // script is one of guard's Lua scripts. A server with FUNCTION (Redis 7
@@ -56,6 +58,7 @@ type scripts struct {
 	inspect                   script // inspect.lua: Inspect and ForceRelease
 	charge                    script
 	writeFence                script // write_fence.lua: a quorum's token written back
+	unclaim                   script // unclaim.lua: a quorum's claim taken back
 	// library is the FUNCTION LOAD source. Its name carries a hash of the
 	// scripts, so Lockers of two versions of this package can share a
 	// server during a rolling deploy, each calling its own.
@@ -69,7 +72,7 @@ func newScripts(sharded bool) *scripts {
 	bodies := []struct {
 		name string
 		lua  string
-	}{{"acquire", acquireLua}, {"renew", renewLua}, {"set_counts", setCountsLua}, {"claim_fenced", claimFencedLua}, {"inspect", inspectLua}, {"charge", chargeLua}, {"write_fence", writeFenceLua}}
+	}{{"acquire", acquireLua}, {"renew", renewLua}, {"set_counts", setCountsLua}, {"claim_fenced", claimFencedLua}, {"inspect", inspectLua}, {"charge", chargeLua}, {"write_fence", writeFenceLua}, {"unclaim", unclaimLua}}
 	h := sha1.New()
 	for _, b := range bodies {
 		h.Write([]byte(b.lua))
@@ -92,7 +95,7 @@ func newScripts(sharded bool) *scripts {
 		fmt.Fprintf(&lib, "redis.register_function('%s', function(KEYS, ARGV)\n%s\nend)\n", fn, b.lua)
 		made[i] = script{lua: redis.NewScript(evalPrelude + b.lua), fn: fn}
 	}
-	return &scripts{acquire: made[0], renew: made[1], setCounts: made[2], claimFenced: made[3], inspect: made[4], charge: made[5], writeFence: made[6], library: lib.String()}
+	return &scripts{acquire: made[0], renew: made[1], setCounts: made[2], claimFenced: made[3], inspect: made[4], charge: made[5], writeFence: made[6], unclaim: made[7], library: lib.String()}
 }
 
 // runFunction sends calls as FCALL of sc's function, setting each call's

@@ -364,4 +364,15 @@ func (s *Store) WriteFence(ctx context.Context, k store.Keys, token, minted int6
 	return s.classify(err)
 }
 
+// Unclaim deletes the claim under key if it holds value (unclaim.lua),
+// and reports whether it did. The quorum calls it on its masters.
+func (s *Store) Unclaim(ctx context.Context, key string, value []byte) (bool, error) {
+	reply, _, err := s.runOne(ctx, &s.scripts.unclaim, key, scriptCall{keys: []string{key}, args: []any{value}}, false)
+	if err != nil {
+		return false, s.classify(err)
+	}
+	n, err := reply.Int64()
+	return n == 1, s.classify(err)
+}
+
 var _ store.Store = (*Store)(nil)
