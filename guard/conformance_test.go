@@ -39,6 +39,7 @@ func startTopologies(t *testing.T) []topology {
 	sentinel := redistest.StartSentinel(t, 1)
 	cluster := redistest.StartCluster(t)
 	_, quorum := startQuorum(t, 3)
+	_, quorum5 := startQuorum(t, 5)
 	each := func(open func(t *testing.T, opts []guard.Option) *guard.Locker) func(*testing.T, int, ...guard.Option) []*guard.Locker {
 		return func(t *testing.T, n int, opts ...guard.Option) []*guard.Locker {
 			t.Helper()
@@ -63,6 +64,9 @@ func startTopologies(t *testing.T) []topology {
 		{"sentinel", true, each(func(t *testing.T, opts []guard.Option) *guard.Locker { return onClient(t, sentinel.Client(t), opts) })},
 		{"cluster", true, each(func(t *testing.T, opts []guard.Option) *guard.Locker { return onClient(t, cluster.Client(t), opts) })},
 		{"quorum", false, each(func(t *testing.T, opts []guard.Option) *guard.Locker { return newQuorumLocker(t, quorum, nil, opts...) })},
+		{"quorum of 5", false, each(func(t *testing.T, opts []guard.Option) *guard.Locker {
+			return newQuorumLocker(t, quorum5, nil, opts...)
+		})},
 	}
 }
 

@@ -149,59 +149,6 @@ func TestNewQuorumRejectsBadInput(t *testing.T) {
 	}
 }
 
-func TestQuorumExclusion(t *testing.T) {
-	// Three masters are in the conformance suite; five here.
-	for _, n := range []int{5} {
-		t.Run(fmt.Sprintf("%d masters", n), func(t *testing.T) {
-			_, addrs := startQuorum(t, n)
-			const lockers, perLocker, rounds = 3, 3, 8
-			var inside, violations atomic.Int64
-			var mu sync.Mutex
-			var tokens []int64 // in the order the holders got in
-			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-			defer cancel()
-			var wg sync.WaitGroup
-			for range lockers {
-				l := newQuorumLocker(t, addrs, nil)
-				for range perLocker {
-					wg.Go(func() {
-						for range rounds {
-							err := l.WithLock(ctx, "exclusive", func(ctx context.Context) error {
-								if inside.Add(1) != 1 {
-									violations.Add(1)
-								}
-								token, _ := guard.TokenFrom(ctx, "exclusive")
-								mu.Lock()
-								tokens = append(tokens, token)
-								mu.Unlock()
-								time.Sleep(time.Millisecond)
-								inside.Add(-1)
-								return nil
-							})
-							if err != nil {
-								t.Errorf("WithLock: %v", err)
-								return
-							}
-						}
-					})
-				}
-			}
-			wg.Wait()
-			if v := violations.Load(); v != 0 {
-				t.Fatalf("%d runs overlapped another", v)
-			}
-			if want := lockers * perLocker * rounds; len(tokens) != want {
-				t.Fatalf("%d runs, want %d", len(tokens), want)
-			}
-			for i := 1; i < len(tokens); i++ {
-				if tokens[i] <= tokens[i-1] {
-					t.Fatalf("run %d got token %d after %d: not strictly increasing", i, tokens[i], tokens[i-1])
-				}
-			}
-		})
-	}
-}
-
 func TestQuorumTokenIsOnAMajority(t *testing.T) {
 	servers, addrs := startQuorum(t, 3)
 	l := newQuorumLocker(t, addrs, nil)
