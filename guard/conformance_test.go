@@ -530,26 +530,25 @@ func behaveInspectHoldersAndWaiters(t *testing.T, tp topology) {
 			_ = w.Release(context.Background())
 		}
 	}()
+	// On a quorum, a master that granted the hold late holds its own,
+	// larger token until the token's write-back reaches it; Inspect shows
+	// the lease's token once it has.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		st, err := holder.Inspect(t.Context(), "inspected")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(st.Waiters) == 1 {
-			if len(st.Holders) != 1 || st.Holders[0].Identity != "holder" || st.Holders[0].Token != le.Token() || !st.Holders[0].Write {
-				t.Errorf("holders %+v, want the holder's write hold with token %d", st.Holders, le.Token())
-			}
-			if st.Waiters[0].Identity != "waiter" || !st.Waiters[0].Write {
-				t.Errorf("waiters %+v, want the waiter's write registration", st.Waiters)
-			}
+		holdersOK := len(st.Holders) == 1 && st.Holders[0].Identity == "holder" && st.Holders[0].Token == le.Token() && st.Holders[0].Write
+		waitersOK := len(st.Waiters) == 1 && st.Waiters[0].Identity == "waiter" && st.Waiters[0].Write
+		if holdersOK && waitersOK {
 			if st.Fence < le.Token() {
 				t.Errorf("fencing counter %d below the holder's token %d", st.Fence, le.Token())
 			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no waiter registered after 5s: %+v", st)
+			t.Fatalf("after 5s: holders %+v, waiters %+v; want the holder's write hold with token %d and the waiter's write registration", st.Holders, st.Waiters, le.Token())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
