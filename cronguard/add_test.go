@@ -28,7 +28,7 @@ func TestAddEveryRunsOncePerBucket(t *testing.T) {
 			tick, _ := cronguard.Tick(ctx)
 			ta.add(tick)
 			return nil
-		}, cronguard.Logger(rec))
+		}, cronguard.Logger(rec.logger()))
 		if err != nil {
 			t.Fatal(err)
 		}

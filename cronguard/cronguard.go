@@ -161,7 +161,7 @@ func (g *guarded) claimTick(now time.Time, label string, claimTTL time.Duration,
 	case errors.Is(err, guard.ErrClosed):
 		g.skip(kv, "locker closed")
 	case err != nil:
-		c.log.Error(err, "cronguard: job not run: cannot claim the tick", kv...)
+		c.log.Error("cronguard: job not run: cannot claim the tick", append(kv, "err", err)...)
 	case !won:
 		g.skip(kv, "tick already claimed")
 	default:
@@ -197,9 +197,10 @@ func (g *guarded) runLocked(tick time.Time, label string) outcome {
 	return o
 }
 
-// logOutcome logs what became of a run, unless it succeeded: a skip, a
-// stop for shutdown and a lost lease at Info (guard logs the loss itself),
-// a failure at Error.
+// logOutcome logs what became of a run: a success and a tick skipped by
+// contention at Debug (a busy job at Info once a minute, see logBusy), a
+// stop for shutdown at Info, a failure at Error. A lost lease is logged at
+// Error by the Locker; here at Debug, with the tick.
 func (g *guarded) logOutcome(o outcome, kv []any) {
 	c, base := &g.cfg, g.cfg.base
 	switch err := o.err; {
@@ -208,43 +209,46 @@ func (g *guarded) logOutcome(o outcome, kv []any) {
 	case !o.ran && errors.Is(err, guard.ErrNotAcquired):
 		g.logBusy(kv)
 	case !o.ran:
-		c.log.Error(err, "cronguard: job not run: cannot take the lease", kv...)
+		c.log.Error("cronguard: job not run: cannot take the lease", append(kv, "err", err)...)
 	case o.panicked != nil:
-		c.log.Error(err, "cronguard: panic", append(kv, "stack", "...\n"+string(o.panicked.stack))...)
+		c.log.Error("cronguard: panic", append(kv, "err", err, "stack", "...\n"+string(o.panicked.stack))...)
 	case errors.Is(err, guard.ErrLeaseLost):
-		// guard's logger reports the loss at Error; this names the tick.
-		c.log.Info("cronguard: lease lost during the run", append(kv, "err", err)...)
+		c.log.Debug("cronguard: lease lost during the run", append(kv, "err", err)...)
 	case err != nil && base.Err() != nil && errors.Is(err, base.Err()):
 		c.log.Info("cronguard: job stopped", append(kv, "reason", "base context done")...)
 	case err != nil:
-		c.log.Error(err, "cronguard: job failed", kv...)
+		c.log.Error("cronguard: job failed", append(kv, "err", err)...)
+	default:
+		c.log.Debug("cronguard: ran", kv...)
 	}
 }
 
 // logBusy logs a tick skipped because the job's lease is held, here or
-// elsewhere: a job longer than its period would log at every tick, so the
-// skips are logged once per contentionLogEvery, with the count of those
-// not logged.
+// elsewhere: at Info the first time and then once a minute at most, with
+// the count of those not logged (a job longer than its period would log
+// at every tick), at Debug otherwise.
 func (g *guarded) logBusy(kv []any) {
 	c := &g.cfg
-	log, repeated := g.busy.Allow(g.name, c.now())
-	if !log {
-		return
-	}
 	reason := "still running"
 	if c.wait > 0 {
 		reason = fmt.Sprintf("still running after waiting %v", c.wait)
 	}
 	kv = append(kv, "reason", reason)
+	log, repeated := g.busy.Allow(g.name, c.now())
+	if !log {
+		c.log.Debug("cronguard: skip", kv...)
+		return
+	}
 	if repeated > 0 {
 		kv = append(kv, "repeated", repeated)
 	}
 	c.log.Info("cronguard: skip", kv...)
 }
 
-// skip logs, at Info, that the tick is skipped and why.
+// skip logs, at Debug, that the tick is skipped and why: another instance
+// claimed it, or shutdown began. Neither is news in a fleet.
 func (g *guarded) skip(kv []any, reason string) {
-	g.cfg.log.Info("cronguard: skip", append(kv, "reason", reason)...)
+	g.cfg.log.Debug("cronguard: skip", append(kv, "reason", reason)...)
 }
 
 // panicError is a recovered panic, reported as the run's error so that

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
 	"os/signal"
 
@@ -25,18 +26,23 @@ func exampleClient() (*redis.Client, func()) {
 	return client, func() { client.Close(); m.Close() }
 }
 
-// skipPrinter is a cron.Logger that prints skipped ticks.
+// skipPrinter is a slog.Handler that prints why an instance skipped a
+// tick: the reason of each record that has one.
 type skipPrinter string
 
-func (p skipPrinter) Info(msg string, kv ...any) {
-	for i := 0; i+1 < len(kv); i += 2 {
-		if kv[i] == "reason" {
-			fmt.Printf("%s skips: %v\n", p, kv[i+1])
-		}
-	}
-}
+func (skipPrinter) Enabled(context.Context, slog.Level) bool { return true }
+func (p skipPrinter) WithAttrs([]slog.Attr) slog.Handler     { return p }
+func (p skipPrinter) WithGroup(string) slog.Handler          { return p }
 
-func (p skipPrinter) Error(err error, msg string, kv ...any) { fmt.Println(p, msg, err) }
+func (p skipPrinter) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "reason" {
+			fmt.Printf("%s skips: %v\n", p, a.Value)
+		}
+		return true
+	})
+	return nil
+}
 
 // Three instances of a service schedule the same nightly job. When the day
 // comes, cron calls the job on each of them; it runs on the first.
@@ -56,7 +62,7 @@ func Example() {
 			token, _ := guard.TokenFrom(ctx, cronguard.JobName(ctx))
 			fmt.Printf("%s runs %s with a fencing token: %v\n", instance, cronguard.JobName(ctx), token > 0)
 			return nil
-		}, cronguard.Spec("@daily"), cronguard.Logger(skipPrinter(instance))))
+		}, cronguard.Spec("@daily"), cronguard.Logger(slog.New(skipPrinter(instance)))))
 	}
 	// Each instance's cron would call Run at midnight; call it by hand.
 	for _, job := range jobs {
@@ -69,7 +75,8 @@ func Example() {
 }
 
 // The usual setup: Add schedules the job on the Cron and tells the job
-// its schedule, from one spec; the Logger is cron's, and the base context
+// its schedule, from one spec; one *slog.Logger logs for cron, cronguard
+// and guard (CronLogger gives it to cron), and the base context
 // ends on shutdown, which cancels running jobs' contexts; cron's Stop then
 // waits for them. A wiring mistake (a typo in the spec, a bad option) is
 // Add's error, at startup.
@@ -84,8 +91,8 @@ func ExampleAdd() {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
 
-	logger := cron.VerbosePrintfLogger(log.New(os.Stderr, "cron: ", log.LstdFlags))
-	c := cron.New(cron.WithLogger(logger))
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil)) // the service's logger
+	c := cron.New(cron.WithLogger(cronguard.CronLogger(logger)))
 	_, err = cronguard.Add(c, locker, "sync-invoices", "@every 5m", func(ctx context.Context) error {
 		return nil // sync, and stop when ctx is done
 	}, cronguard.Logger(logger), cronguard.BaseContext(ctx))
@@ -131,8 +138,8 @@ func ExampleWrapper() {
 	}
 	defer locker.Close()
 
-	logger := cron.PrintfLogger(log.New(os.Stderr, "cron: ", log.LstdFlags))
-	c := cron.New(cron.WithLogger(logger))
+	logger := slog.Default()
+	c := cron.New(cron.WithLogger(cronguard.CronLogger(logger)))
 	guarded := cron.NewChain(
 		cronguard.Wrapper(locker, "nightly-cleanup", cronguard.Spec("0 3 * * *"), cronguard.Logger(logger)),
 	)

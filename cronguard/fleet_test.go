@@ -84,7 +84,7 @@ func TestEveryTickRunsOnce(t *testing.T) {
 			for i, l := range lockers {
 				rec := &recLogger{}
 				if i == 0 {
-					rec.onInfo = func(e entry) {
+					rec.onEntry = func(e entry) {
 						if tick, ok := e.kv["tick"].(time.Time); ok {
 							lateMu.Lock()
 							lateTick = tick
@@ -105,7 +105,7 @@ func TestEveryTickRunsOnce(t *testing.T) {
 					ta.add(tick)
 					time.Sleep(time.Millisecond) // a 1ms job
 					return nil
-				}, slices.Concat(tt.opts, []cronguard.Option{cronguard.Logger(rec)})...)
+				}, slices.Concat(tt.opts, []cronguard.Option{cronguard.Logger(rec.logger())})...)
 				if i == 0 && tt.late > 0 {
 					job = lateJob(t, job, tt.late, func() time.Time {
 						lateMu.Lock()
@@ -203,7 +203,7 @@ func TestLongJobNeverOverlaps(t *testing.T) {
 			case <-ctx.Done(): // shutdown at the end of the test
 			}
 			return nil
-		}, cronguard.Spec("* * * * * *"), cronguard.Logger(rec), cronguard.BaseContext(base))
+		}, cronguard.Spec("* * * * * *"), cronguard.Logger(rec.logger()), cronguard.BaseContext(base))
 		stops = append(stops, startCron(t, "* * * * * *", job))
 	}
 	time.Sleep(6500 * time.Millisecond)
@@ -228,7 +228,7 @@ func TestLongJobNeverOverlaps(t *testing.T) {
 	busy := 0
 	for i, rec := range recs {
 		n := 0
-		for _, e := range rec.all("cronguard: skip") {
+		for _, e := range rec.info("cronguard: skip") {
 			if e.kv["reason"] == "still running" {
 				n++
 			}
@@ -262,7 +262,7 @@ func TestEveryRunsOncePerBucket(t *testing.T) {
 			tick, _ := cronguard.Tick(ctx)
 			ta.add(tick)
 			return nil
-		}, cronguard.Spec(spec), cronguard.Logger(rec))
+		}, cronguard.Spec(spec), cronguard.Logger(rec.logger()))
 		stops = append(stops, startCron(t, spec, job))
 	}
 	time.Sleep(time.Until(start.Add(7500 * time.Millisecond)))

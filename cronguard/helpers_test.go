@@ -1,7 +1,10 @@
 package cronguard_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,36 +63,66 @@ func fixedClock(at time.Time) func() time.Time { return func() time.Time { retur
 
 // entry is one message logged through a recLogger.
 type entry struct {
-	level string // "info" or "error"
+	level string // "debug", "info", "warn" or "error"
 	msg   string
-	err   error
+	err   error // the record's "err" attribute, if any
 	kv    map[string]any
 }
 
-// recLogger is a cron.Logger that records what it is told.
+// recLogger records what a *slog.Logger made of it (logger) is told, at
+// every level.
 type recLogger struct {
 	mu      sync.Mutex
 	entries []entry
-	onInfo  func(entry) // optional
+	onEntry func(entry) // optional: called with every entry
 }
 
-func (l *recLogger) Info(msg string, kv ...any) { l.add(entry{level: "info", msg: msg, kv: kvMap(kv)}) }
+// logger returns a *slog.Logger whose records rec keeps.
+func (l *recLogger) logger() *slog.Logger { return slog.New(recHandler{l}) }
 
-func (l *recLogger) Error(err error, msg string, kv ...any) {
-	l.add(entry{level: "error", msg: msg, err: err, kv: kvMap(kv)})
+type recHandler struct{ l *recLogger }
+
+func (recHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h recHandler) WithAttrs([]slog.Attr) slog.Handler     { return h }
+func (h recHandler) WithGroup(string) slog.Handler          { return h }
+
+func (h recHandler) Handle(_ context.Context, r slog.Record) error {
+	e := entry{level: strings.ToLower(r.Level.String()), msg: r.Message, kv: map[string]any{}}
+	r.Attrs(func(a slog.Attr) bool {
+		v := a.Value.Any()
+		if err, ok := v.(error); ok && a.Key == "err" {
+			e.err = err
+		}
+		e.kv[a.Key] = v
+		return true
+	})
+	h.l.add(e)
+	return nil
 }
 
 func (l *recLogger) add(e entry) {
 	l.mu.Lock()
 	l.entries = append(l.entries, e)
-	on := l.onInfo
+	on := l.onEntry
 	l.mu.Unlock()
-	if on != nil && e.level == "info" {
+	if on != nil {
 		on(e)
 	}
 }
 
-// all returns the entries logged with msg.
+// info returns the entries logged with msg at Info or above: what an
+// operator whose logger drops Debug sees.
+func (l *recLogger) info(msg string) []entry {
+	var out []entry
+	for _, e := range l.all(msg) {
+		if e.level != "debug" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// all returns the entries logged with msg, at every level.
 func (l *recLogger) all(msg string) []entry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -110,12 +143,4 @@ func (l *recLogger) String() string {
 		s += fmt.Sprintf("  %s %q err=%v %v\n", e.level, e.msg, e.err, e.kv)
 	}
 	return s
-}
-
-func kvMap(kv []any) map[string]any {
-	m := make(map[string]any, len(kv)/2)
-	for i := 0; i+1 < len(kv); i += 2 {
-		m[fmt.Sprint(kv[i])] = kv[i+1]
-	}
-	return m
 }

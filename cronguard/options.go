@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -30,7 +31,7 @@ type config struct {
 	minHold  time.Duration
 	ttl      time.Duration // 0: the Locker's TTL
 	permits  int           // runs that may overlap; 0 or 1: none
-	log      cron.Logger
+	log      *slog.Logger
 	base     context.Context
 	now      func() time.Time
 
@@ -163,16 +164,19 @@ func Permits(n int) Option {
 	}
 }
 
-// Logger sets where the job reports what cron itself cannot: skipped ticks
-// at Info (a tick skipped because the job still runs: once a minute at
-// most); a lost lease at Info, naming the tick (the Locker's logger reports
-// the loss at Error); a failed job, a recovered panic and a Redis error at
-// Error. Runs that succeed log nothing. Pass the logger of your cron.Cron
-// (cron.WithLogger) to see both in one place. Default: a logger that
-// discards everything. Must not be nil.
-func Logger(l cron.Logger) Option {
+// Logger sets where the job reports what cron itself cannot, at the levels
+// every package of jobguard uses: a tick skipped because the job still
+// runs at Info, once a minute at most (Debug otherwise); a tick another
+// instance claimed, or skipped at shutdown, at Debug; a job stopped by the
+// base context at Info; a failed job, a recovered panic and a Redis error
+// at Error. A lost lease is logged at Error by the Locker, and here at
+// Debug with the tick. Runs that succeed log at Debug. Give cron the same
+// logger through CronLogger (cron.WithLogger(cronguard.CronLogger(l))) to
+// see both in one format. Default: a logger that discards everything. Must
+// not be nil.
+func Logger(l *slog.Logger) Option {
 	return func(c *config) {
-		if l == nil || isNilPointer(l) {
+		if l == nil {
 			c.errs = append(c.errs, invalid("Logger(nil)", nil))
 			return
 		}
@@ -195,7 +199,7 @@ func BaseContext(ctx context.Context) Option {
 }
 
 func newConfig(l *guard.Locker, name string, opts []Option) config {
-	c := config{dedupe: true, log: discard{}, base: context.Background(), now: time.Now, parser: specParser}
+	c := config{dedupe: true, log: slog.New(slog.DiscardHandler), base: context.Background(), now: time.Now, parser: specParser}
 	switch {
 	case l == nil:
 		c.errs = append(c.errs, invalid("nil *guard.Locker", nil))
@@ -283,8 +287,15 @@ func (c *config) lockOptions(name, tick string) []guard.LockOption {
 // invalid is a configuration error, matching guard.ErrInvalid (and cause).
 func invalid(what string, cause error) error { return adapt.Invalid("cronguard", what, cause) }
 
-// discard is the default Logger.
-type discard struct{}
+// CronLogger returns l as a cron.Logger, for cron.WithLogger: cron's own
+// messages (each schedule, wake-up and run) at Debug, its errors (a job's
+// panic that cron recovered) at Error, so that cron, cronguard and guard
+// log through one *slog.Logger in one format.
+func CronLogger(l *slog.Logger) cron.Logger { return cronLogger{l} }
 
-func (discard) Info(string, ...any)         {}
-func (discard) Error(error, string, ...any) {}
+type cronLogger struct{ l *slog.Logger }
+
+func (c cronLogger) Info(msg string, kv ...any) { c.l.Debug(msg, kv...) }
+func (c cronLogger) Error(err error, msg string, kv ...any) {
+	c.l.Error(msg, append(kv, "err", err)...)
+}

@@ -42,7 +42,7 @@ func TestPermitsLetRunsOverlap(t *testing.T) {
 			case <-ctx.Done(): // shutdown at the end of the test
 			}
 			return nil
-		}, cronguard.Spec("* * * * * *"), cronguard.Permits(2), cronguard.Logger(recs[i]), cronguard.BaseContext(base))
+		}, cronguard.Spec("* * * * * *"), cronguard.Permits(2), cronguard.Logger(recs[i].logger()), cronguard.BaseContext(base))
 		stops = append(stops, startCron(t, "* * * * * *", job))
 	}
 	time.Sleep(6500 * time.Millisecond)

@@ -135,7 +135,7 @@ func TestRedisDownIsAnError(t *testing.T) {
 		rec := &recLogger{}
 		ran := false
 		cronguard.Func(lockers[0], "down", func(context.Context) error { ran = true; return nil },
-			append([]cronguard.Option{cronguard.Spec("* * * * * *"), cronguard.Logger(rec)}, opts...)...).Run()
+			append([]cronguard.Option{cronguard.Spec("* * * * * *"), cronguard.Logger(rec.logger())}, opts...)...).Run()
 		if ran || len(rec.all("cronguard: skip")) != 0 {
 			t.Errorf("ran: %v; want no run and no skip; log:\n%s", ran, rec)
 		}

@@ -44,10 +44,10 @@ func (g *gate) notRun(ctx context.Context, key string, err error, kv []any) (ski
 		log.Debug("gocronguard: skip", append(kv, "reason", "tick already claimed")...)
 		return true, err
 	case ctx.Err() != nil:
-		log.Info("gocronguard: skip", append(kv, "reason", "job context done")...)
+		log.Debug("gocronguard: skip", append(kv, "reason", "job context done")...)
 		return true, err
 	case errors.Is(err, guard.ErrClosed):
-		log.Info("gocronguard: skip", append(kv, "reason", "locker closed")...)
+		log.Debug("gocronguard: skip", append(kv, "reason", "locker closed")...)
 		return true, err
 	case errors.Is(err, guard.ErrNotAcquired):
 		g.logBusy(key, kv)
@@ -59,13 +59,15 @@ func (g *gate) notRun(ctx context.Context, key string, err error, kv []any) (ski
 
 // logBusy logs a run skipped because the job's lease is held: a job longer
 // than its period would log at every run, so a key's busy skips are logged
-// once per contentionLogEvery, with the count of those not logged.
+// at Info once a minute at most, with the count of those not logged, and
+// at Debug otherwise.
 func (g *gate) logBusy(key string, kv []any) {
+	kv = append(kv, "reason", "still running")
 	log, repeated := g.busy.Allow(key, g.cfg.now())
 	if !log {
+		g.cfg.log.Debug("gocronguard: skip", kv...)
 		return
 	}
-	kv = append(kv, "reason", "still running")
 	if repeated > 0 {
 		kv = append(kv, "repeated", repeated)
 	}

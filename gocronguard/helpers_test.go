@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -149,19 +151,25 @@ type recLogger struct {
 	entries []entry
 }
 
-func (l *recLogger) Debug(msg string, kv ...any) { l.add("debug", msg, kv) }
-func (l *recLogger) Info(msg string, kv ...any)  { l.add("info", msg, kv) }
-func (l *recLogger) Warn(msg string, kv ...any)  { l.add("warn", msg, kv) }
-func (l *recLogger) Error(msg string, kv ...any) { l.add("error", msg, kv) }
+// logger returns a *slog.Logger whose records l keeps, at every level.
+func (l *recLogger) logger() *slog.Logger { return slog.New(recHandler{l}) }
 
-func (l *recLogger) add(level, msg string, kv []any) {
-	m := make(map[string]any, len(kv)/2)
-	for i := 0; i+1 < len(kv); i += 2 {
-		m[fmt.Sprint(kv[i])] = kv[i+1]
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.entries = append(l.entries, entry{level: level, msg: msg, kv: m})
+type recHandler struct{ l *recLogger }
+
+func (recHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h recHandler) WithAttrs([]slog.Attr) slog.Handler     { return h }
+func (h recHandler) WithGroup(string) slog.Handler          { return h }
+
+func (h recHandler) Handle(_ context.Context, r slog.Record) error {
+	m := make(map[string]any)
+	r.Attrs(func(a slog.Attr) bool {
+		m[a.Key] = a.Value.Any()
+		return true
+	})
+	h.l.mu.Lock()
+	defer h.l.mu.Unlock()
+	h.l.entries = append(h.l.entries, entry{level: strings.ToLower(r.Level.String()), msg: r.Message, kv: m})
+	return nil
 }
 
 // all returns the entries logged at level with msg and, if reason is not

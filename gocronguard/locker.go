@@ -104,8 +104,8 @@ func (k *lock) Unlock(ctx context.Context) error {
 	kv := []any{"job", k.name, "tick", k.tick}
 	switch {
 	case lost != nil:
-		// guard's logger reports the loss at Error; this names the job.
-		log.Info("gocronguard: lease lost during the run", append(kv, "err", lost)...)
+		// guard's logger reports the loss at Error; this names the job, at Debug.
+		log.Debug("gocronguard: lease lost during the run", append(kv, "err", lost)...)
 		return lost
 	case err != nil:
 		log.Error("gocronguard: cannot release the lease", append(kv, "err", err)...)

@@ -44,7 +44,7 @@ func TestLockOncePerTick(t *testing.T) {
 	var lks []gocron.Locker
 	recs := []*recLogger{{}, {}, {}}
 	for i, l := range lockers {
-		lks = append(lks, gocronguard.Locker(l, gocronguard.Clock(func() time.Time { return at }), gocronguard.Logger(recs[i])))
+		lks = append(lks, gocronguard.Locker(l, gocronguard.Clock(func() time.Time { return at }), gocronguard.Logger(recs[i].logger())))
 	}
 	lock := mustLock(t, lks[0], "nightly")
 	if _, err := lks[1].Lock(t.Context(), "nightly"); !errors.Is(err, gocronguard.ErrTickClaimed) {
@@ -73,7 +73,7 @@ func TestLockBusy(t *testing.T) {
 	_, lockers := newFleet(t, 2)
 	rec := &recLogger{}
 	a := gocronguard.Locker(lockers[0], gocronguard.NoDedupe())
-	b := gocronguard.Locker(lockers[1], gocronguard.NoDedupe(), gocronguard.Logger(rec))
+	b := gocronguard.Locker(lockers[1], gocronguard.NoDedupe(), gocronguard.Logger(rec.logger()))
 	lock := mustLock(t, a, "report")
 	for range 3 {
 		_, err := b.Lock(t.Context(), "report")
@@ -129,7 +129,7 @@ func TestLockBadKey(t *testing.T) {
 	_, lockers := newFleet(t, 1)
 	for _, key := range []string{"", "a}b"} {
 		rec := &recLogger{}
-		lk := gocronguard.Locker(lockers[0], gocronguard.KeyFunc(func(string) string { return key }), gocronguard.Logger(rec))
+		lk := gocronguard.Locker(lockers[0], gocronguard.KeyFunc(func(string) string { return key }), gocronguard.Logger(rec.logger()))
 		_, err := lk.Lock(t.Context(), "report")
 		if !errors.Is(err, guard.ErrInvalid) || errors.Is(err, gocronguard.ErrBusy) {
 			t.Errorf("key %q: err = %v, want guard.ErrInvalid", key, err)
@@ -149,7 +149,7 @@ func TestLockRedisDown(t *testing.T) {
 	srv.Kill(t)
 	for _, opts := range [][]gocronguard.Option{nil, {gocronguard.NoDedupe()}} {
 		rec := &recLogger{}
-		lk := gocronguard.Locker(l, append(opts, gocronguard.Logger(rec))...)
+		lk := gocronguard.Locker(l, append(opts, gocronguard.Logger(rec.logger()))...)
 		_, err := lk.Lock(t.Context(), "report")
 		if err == nil || errors.Is(err, gocronguard.ErrBusy) || errors.Is(err, gocronguard.ErrTickClaimed) {
 			t.Errorf("err = %v, want Redis's error", err)
@@ -205,7 +205,7 @@ func TestUnlockAfterLostLease(t *testing.T) {
 	t.Parallel()
 	srv, lockers := newFleet(t, 1, guard.WithTTL(time.Second))
 	rec := &recLogger{}
-	lk := gocronguard.Locker(lockers[0], gocronguard.Logger(rec))
+	lk := gocronguard.Locker(lockers[0], gocronguard.Logger(rec.logger()))
 	lock := mustLock(t, lk, "report")
 	if err := srv.Client(t).Del(t.Context(), "guard:{gocron:report}").Err(); err != nil {
 		t.Fatal(err)
@@ -215,7 +215,7 @@ func TestUnlockAfterLostLease(t *testing.T) {
 	if err := lock.Unlock(t.Context()); !errors.Is(err, guard.ErrLeaseLost) {
 		t.Errorf("Unlock = %v, want guard.ErrLeaseLost", err)
 	}
-	if n := len(rec.all("info", "gocronguard: lease lost during the run", "")); n != 1 {
+	if n := len(rec.all("debug", "gocronguard: lease lost during the run", "")); n != 1 {
 		t.Errorf("want the loss logged once; log:\n%s", rec)
 	}
 }

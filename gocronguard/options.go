@@ -2,11 +2,11 @@ package gocronguard
 
 import (
 	"fmt"
+	"log/slog"
 	"reflect"
 	"strings"
 	"time"
 
-	"github.com/go-co-op/gocron/v2"
 	"github.com/jobguard/jobguard/guard"
 	"github.com/jobguard/jobguard/internal/adapt"
 )
@@ -36,7 +36,7 @@ type config struct {
 	dedupe    bool
 	minHold   time.Duration
 	ttl       time.Duration // 0: the guard.Locker's TTL
-	log       gocron.Logger
+	log       *slog.Logger
 	now       func() time.Time
 
 	errs []error // option errors; err returns the first
@@ -129,18 +129,21 @@ func TTL(d time.Duration) Option {
 	}
 }
 
-// Logger sets where skipped runs and failures are reported: a run skipped
-// because another instance already claimed its tick at Debug (that is the
-// fleet working); a run skipped because the job still runs at Info, the
-// first time and then at most once a minute per job, with the number of
-// skips not logged ("repeated"); a lease lost during a run at Info, naming
-// the job (the guard.Locker's logger reports the loss at Error); Redis
-// errors and a failed release at Error. Runs that succeed log nothing. Pass
-// your scheduler's logger (gocron.WithLogger) to see both in one place.
-// Default: a logger that discards everything. Must not be nil.
-func Logger(l gocron.Logger) Option {
+// Logger sets where skipped runs and failures are reported, at the levels
+// every package of jobguard uses: a run skipped because another instance
+// already claimed its tick, or because the job's context or the Locker
+// ended, at Debug (that is the fleet working); a run skipped because the
+// job still runs at Info, the first time and then at most once a minute per
+// job, with the number of skips not logged ("repeated"), and at Debug
+// otherwise; a lease lost during a run at Debug, naming the job (the
+// guard.Locker's logger reports the loss at Error); Redis errors and a
+// failed release at Error. Runs that succeed log nothing. A *slog.Logger is
+// also a gocron.Logger: pass the same one to gocron.WithLogger to see both
+// in one format. Default: a logger that discards everything. Must not be
+// nil.
+func Logger(l *slog.Logger) Option {
 	return func(c *config) {
-		if l == nil || isNilPointer(l) {
+		if l == nil {
 			c.errs = append(c.errs, invalid("Logger(nil)", nil))
 			return
 		}
@@ -161,7 +164,7 @@ func newConfig(l *guard.Locker, opts []Option) config {
 		prefix: defaultPrefix,
 		window: defaultWindow,
 		dedupe: true,
-		log:    discard{},
+		log:    slog.New(slog.DiscardHandler),
 		now:    time.Now,
 	}
 	if l == nil {
@@ -237,11 +240,3 @@ func isNilPointer(v any) bool {
 	}
 	return false
 }
-
-// discard is the default Logger.
-type discard struct{}
-
-func (discard) Debug(string, ...any) {}
-func (discard) Info(string, ...any)  {}
-func (discard) Warn(string, ...any)  {}
-func (discard) Error(string, ...any) {}

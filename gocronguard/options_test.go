@@ -38,7 +38,6 @@ func TestWiringMistakes(t *testing.T) {
 	_, lockers := newFleet(t, 1)
 	l := lockers[0]
 	fn := func(context.Context) error { return nil }
-	var nilLogger *recLogger
 	lockerTests := []struct {
 		name   string
 		locker *guard.Locker
@@ -55,7 +54,6 @@ func TestWiringMistakes(t *testing.T) {
 		{"zero TTL", l, []gocronguard.Option{gocronguard.TTL(0)}, "TTL(0s)"},
 		{"TTL too short for renewals", l, []gocronguard.Option{gocronguard.TTL(time.Nanosecond)}, "gocronguard: guard: invalid argument"},
 		{"nil logger", l, []gocronguard.Option{gocronguard.Logger(nil)}, "Logger(nil)"},
-		{"typed nil logger", l, []gocronguard.Option{gocronguard.Logger(nilLogger)}, "Logger(nil)"},
 	}
 	for _, tt := range lockerTests {
 		t.Run("Locker: "+tt.name, func(t *testing.T) {
@@ -97,7 +95,7 @@ func TestWiringMistakes(t *testing.T) {
 	}
 
 	if err := gocronguard.Validate(l, gocronguard.Prefix(""), gocronguard.Window(time.Hour), gocronguard.NoDedupe(),
-		gocronguard.MinHold(time.Second), gocronguard.TTL(10*time.Second), gocronguard.Logger(&recLogger{})); err != nil {
+		gocronguard.MinHold(time.Second), gocronguard.TTL(10*time.Second), gocronguard.Logger((&recLogger{}).logger())); err != nil {
 		t.Errorf("Validate of a good configuration: %v", err)
 	}
 }

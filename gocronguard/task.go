@@ -92,8 +92,8 @@ func (t *task) run(ctx context.Context) error {
 	case !ran:
 		return t.skip(ctx, err, kv)
 	case errors.Is(err, guard.ErrLeaseLost):
-		// guard's logger reports the loss at Error; this names the job.
-		t.cfg.log.Info("gocronguard: lease lost during the run", append(kv, "err", err)...)
+		// guard's logger reports the loss at Error; this names the job, at Debug.
+		t.cfg.log.Debug("gocronguard: lease lost during the run", append(kv, "err", err)...)
 	}
 	return err
 }

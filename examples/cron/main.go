@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -83,7 +84,7 @@ func report(ctx context.Context, p *exampleenv.Printer, fleet []*instance) {
 			p.Say(in.name, "report %s ran (fencing token %d)", clock(tick), token)
 			time.Sleep(10 * time.Millisecond)
 			return nil
-		}, cronguard.Spec(spec), cronguard.Logger(storyLogger{p, in.name}), cronguard.BaseContext(ctx))
+		}, cronguard.Spec(spec), cronguard.Logger(slog.New(storyLogger{p, in.name})), cronguard.BaseContext(ctx))
 		if i == 2 {
 			job = late(job, 300*time.Millisecond)
 		}
@@ -117,7 +118,7 @@ func rebuild(ctx context.Context, p *exampleenv.Printer, fleet []*instance) {
 				p.Say(in.name, "rebuild %s told to stop: %v", clock(tick), context.Cause(ctx))
 				return ctx.Err()
 			}
-		}, cronguard.Logger(storyLogger{p, in.name}), cronguard.BaseContext(base))
+		}, cronguard.Logger(slog.New(storyLogger{p, in.name})), cronguard.BaseContext(base))
 		if err != nil {
 			panic(err) // the spec and options above are constants
 		}
@@ -157,34 +158,32 @@ func late(job cron.Job, d time.Duration) cron.Job {
 	})
 }
 
-// storyLogger is the cron.Logger of one instance: it tells the story of
-// skipped ticks and errors.
+// storyLogger is the slog.Handler of one instance's logger: it tells the
+// story of skipped ticks and errors, at every level.
 type storyLogger struct {
 	p    *exampleenv.Printer
 	name string
 }
 
-func (l storyLogger) Info(msg string, kv ...any) {
-	f := fields(kv)
-	switch msg {
-	case "cronguard: skip":
+func (storyLogger) Enabled(context.Context, slog.Level) bool { return true }
+func (l storyLogger) WithAttrs([]slog.Attr) slog.Handler     { return l }
+func (l storyLogger) WithGroup(string) slog.Handler          { return l }
+
+func (l storyLogger) Handle(_ context.Context, r slog.Record) error {
+	f := make(map[string]any)
+	r.Attrs(func(a slog.Attr) bool {
+		f[a.Key] = a.Value.Any()
+		return true
+	})
+	switch {
+	case r.Message == "cronguard: skip":
 		l.p.Say(l.name, "%s %s skipped: %v", f["job"], clock(f["tick"]), f["reason"])
-	case "cronguard: job stopped":
+	case r.Message == "cronguard: job stopped":
 		l.p.Say(l.name, "%s %s stopped: %v", f["job"], clock(f["tick"]), f["reason"])
+	case r.Level >= slog.LevelError:
+		l.p.Say(l.name, "%s %s: %s: %v", f["job"], clock(f["tick"]), r.Message, f["err"])
 	}
-}
-
-func (l storyLogger) Error(err error, msg string, kv ...any) {
-	f := fields(kv)
-	l.p.Say(l.name, "%s %s: %s: %v", f["job"], clock(f["tick"]), msg, err)
-}
-
-func fields(kv []any) map[string]any {
-	m := make(map[string]any, len(kv)/2)
-	for i := 0; i+1 < len(kv); i += 2 {
-		m[fmt.Sprint(kv[i])] = kv[i+1]
-	}
-	return m
+	return nil
 }
 
 // clock formats a tick as "tick 15:04:05".

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -89,7 +90,7 @@ func report(p *exampleenv.Printer, fleet []*instance) error {
 	for _, in := range fleet {
 		logger := storyLogger{p, in.name}
 		s, err := gocron.NewScheduler(
-			gocron.WithDistributedLocker(gocronguard.Locker(in.locker, gocronguard.Logger(logger))))
+			gocron.WithDistributedLocker(gocronguard.Locker(in.locker, gocronguard.Logger(logger.logger()))))
 		if err != nil {
 			return err
 		}
@@ -136,7 +137,7 @@ func rebuild(p *exampleenv.Printer, fleet []*instance) error {
 					p.Say(in.name, "rebuild %s told to stop: %v", clock(tick), context.Cause(ctx))
 					return ctx.Err()
 				}
-			}, gocronguard.Logger(storyLogger{p, in.name})),
+			}, gocronguard.Logger(storyLogger{p, in.name}.logger())),
 			gocron.WithName("rebuild"))
 		if err != nil {
 			return err
@@ -181,7 +182,7 @@ func ledger(ctx context.Context, p *exampleenv.Printer, in *instance, admin *red
 				stopped <- errors.New("the lost lease went unnoticed")
 				return nil
 			}
-		}, gocronguard.TTL(time.Second), gocronguard.Logger(storyLogger{p, in.name})),
+		}, gocronguard.TTL(time.Second), gocronguard.Logger(storyLogger{p, in.name}.logger())),
 		gocron.WithName("ledger"))
 	if err != nil {
 		return err
@@ -212,24 +213,28 @@ type storyLogger struct {
 	name string
 }
 
-func (l storyLogger) Debug(msg string, kv ...any) { l.say(msg, kv) }
-func (l storyLogger) Info(msg string, kv ...any)  { l.say(msg, kv) }
-func (l storyLogger) Warn(msg string, kv ...any)  { l.say(msg, kv) }
-func (l storyLogger) Error(msg string, kv ...any) { l.say(msg, kv) }
+// logger returns a *slog.Logger that tells l's story at every level.
+func (l storyLogger) logger() *slog.Logger { return slog.New(l) }
 
-func (l storyLogger) say(msg string, kv []any) {
-	f := make(map[string]any, len(kv)/2)
-	for i := 0; i+1 < len(kv); i += 2 {
-		f[fmt.Sprint(kv[i])] = kv[i+1]
-	}
-	switch msg {
+func (storyLogger) Enabled(context.Context, slog.Level) bool { return true }
+func (l storyLogger) WithAttrs([]slog.Attr) slog.Handler     { return l }
+func (l storyLogger) WithGroup(string) slog.Handler          { return l }
+
+func (l storyLogger) Handle(_ context.Context, r slog.Record) error {
+	f := make(map[string]any)
+	r.Attrs(func(a slog.Attr) bool {
+		f[a.Key] = a.Value.Any()
+		return true
+	})
+	switch r.Message {
 	case "gocronguard: skip":
 		l.p.Say(l.name, "%s %s skipped: %v", f["job"], clock(f["tick"]), f["reason"])
 	case "gocronguard: lease lost during the run":
 		l.p.Say(l.name, "%s %s: lease lost", f["job"], clock(f["tick"]))
 	default:
-		l.p.Say(l.name, "%s %s: %s: %v", f["job"], clock(f["tick"]), msg, f["err"])
+		l.p.Say(l.name, "%s %s: %s: %v", f["job"], clock(f["tick"]), r.Message, f["err"])
 	}
+	return nil
 }
 
 // clock formats a tick as "tick 15:04:05".
