@@ -102,7 +102,7 @@ func (l *Locker) reenter(ctx context.Context, h *hold, write bool, permits int) 
 	case err != nil:
 		err = fmt.Errorf("guard: re-enter %q: %w", h.key, err)
 	case s.err != nil:
-		err = s.err
+		err = fmt.Errorf("guard: re-enter %q: %w", h.key, s.err)
 	case s.res != store.Applied:
 		cause := lostCause(h.key, s.res)
 		h.lose(cause)
@@ -167,7 +167,7 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 		case err != nil && ctx.Err() != nil:
 			return nil, a.notAcquired(err)
 		case err != nil:
-			return nil, err
+			return nil, fmt.Errorf("guard: acquire %q: %w", a.key, err)
 		case rep.Acquired:
 			return a.take(rep.Token, sent)
 		}
@@ -251,7 +251,7 @@ func (a *acquisition) attempt(ctx context.Context) (store.AcquireReply, error) {
 	if a.args.Waiter != "" && (lost || err == nil && !rep.Acquired) {
 		a.registered = true // it may have registered, too
 	}
-	return rep, redisError(k.Lock, err)
+	return rep, err
 }
 
 // budgetSpent returns ErrNotAcquired once the Wait budget is spent.

@@ -41,7 +41,7 @@ func (l *Locker) Charge(ctx context.Context, key string, amount, limit int64, wi
 		return answer{spent, left}, err
 	}, nil)
 	if err != nil {
-		return false, 0, redisError(k, err)
+		return false, 0, redisError(key, err)
 	}
 	return a.spent, a.left, nil
 }

@@ -33,7 +33,7 @@ func (l *Locker) Claim(ctx context.Context, key string, value []byte, ttl time.D
 	stored, err := await(ctx, l, func(ctx context.Context) (bool, error) {
 		return l.store.Claim(ctx, k, value, ttl)
 	}, nil)
-	return stored, redisError(k, err)
+	return stored, redisError(key, err)
 }
 
 // Claimed returns the value that Claim stored under key, and whether one is
@@ -55,7 +55,7 @@ func (l *Locker) Claimed(ctx context.Context, key string) ([]byte, bool, error) 
 		return claimedValue{value, ok}, err
 	}, nil)
 	if err != nil {
-		return nil, false, redisError(k, err)
+		return nil, false, redisError(key, err)
 	}
 	return v.value, v.ok, nil
 }

@@ -44,7 +44,7 @@ func (l *Locker) ClaimFenced(ctx context.Context, key string, token int64, value
 	}, nil)
 	switch {
 	case err != nil:
-		return redisError(claim, err)
+		return redisError(key, err)
 	case counter == token:
 		return nil
 	case counter == 0:
@@ -54,5 +54,5 @@ func (l *Locker) ClaimFenced(ctx context.Context, key string, token int64, value
 	default:
 		err = fmt.Errorf("%w: token %d is above the lock's fencing counter %d: not minted by it (the counter was lost and started again, or the token is another key's)", ErrSuperseded, token, counter)
 	}
-	return redisError(claim, err)
+	return redisError(key, err)
 }

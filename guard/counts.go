@@ -107,7 +107,7 @@ func (h *hold) sendCounts(obsCtx context.Context, writes, reads int, op string) 
 			return res, nil
 		}
 		if errors.Is(err, ErrWrongType) || ctx.Err() != nil {
-			return 0, redisError(h.key, err)
+			return 0, err
 		}
 		t := l.clock.NewTimer(backoff)
 		select {
@@ -115,7 +115,7 @@ func (h *hold) sendCounts(obsCtx context.Context, writes, reads int, op string) 
 			backoff = min(2*backoff, releaseMaxBackoff)
 		case <-ctx.Done():
 			t.Stop()
-			return 0, redisError(h.key, err)
+			return 0, err
 		}
 	}
 }
@@ -149,17 +149,17 @@ func (h *hold) settleFinal(res store.Outcome, err error) {
 // is the caller's, for observers; ended says whether the caller found the
 // hold ended, read once, since the hold can end at any moment (end does not
 // take h.mu).
-func (h *hold) dropLeaseLocked(ctx context.Context, write, ended bool) (s *countSync, final bool) {
+func (h *hold) dropLeaseLocked(ctx context.Context, write, ended bool) *countSync {
 	h.writes, h.reads = counts(h.writes, h.reads, write, -1)
-	final = h.writes == 0 && h.reads == 0
+	final := h.writes == 0 && h.reads == 0
 	if final {
 		h.final = true
 		h.l.hb.remove(h) // no renewal is sent after the final update
 	}
 	if ended && !final {
-		return nil, false
+		return nil
 	}
-	return h.syncLocked(ctx), final
+	return h.syncLocked(ctx)
 }
 
 // await waits for s's answer until ctx is done. A ctx that nothing can

@@ -94,7 +94,8 @@ func HeldFor(err error) (time.Duration, bool) {
 	return 0, false
 }
 
-// redisError names key in the error of a request about it.
+// redisError names the lock key, as the caller passed it, in the error
+// of a request about it: once, at the call's edge.
 func redisError(key string, err error) error {
 	if err == nil {
 		return nil

@@ -36,7 +36,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (LockState, error
 		return l.store.ForceRelease(ctx, k)
 	}, nil)
 	if err != nil {
-		return LockState{}, redisError(k.Lock, err)
+		return LockState{}, redisError(key, err)
 	}
 	st := stateOf(key, raw)
 	if len(st.Holders) > 0 {

@@ -102,7 +102,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (LockState, error) {
 		return l.store.Inspect(ctx, k)
 	}, nil)
 	if err != nil {
-		return LockState{}, redisError(k.Lock, err)
+		return LockState{}, redisError(key, err)
 	}
 	st := stateOf(key, raw)
 	return st, nil

@@ -197,6 +197,9 @@ func (l *Locker) endRun(ctx context.Context, le *Lease, err error, info *observe
 		return err
 	case cause != nil:
 		info.Result = "lost"
+		if errors.Is(err, cause) {
+			return err // the job returned the cause (context.Cause): said once
+		}
 		return errors.Join(err, cause)
 	default:
 		return errors.Join(err, relErr)

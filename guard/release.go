@@ -28,7 +28,7 @@ func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 	h := le.h
 	h.mu.Lock()
 	ended := h.over.Load()
-	s, final := h.dropLeaseLocked(ctx, le.write, ended)
+	s := h.dropLeaseLocked(ctx, le.write, ended)
 	h.mu.Unlock()
 	if ended {
 		return l.releaseEnded(ctx, h, s)
@@ -40,10 +40,8 @@ func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 	// release marker and answers applied; any other "expired" or "taken"
 	// means the hold was gone before the release.
 	switch {
-	case s.err != nil && final:
-		return fmt.Errorf("guard: release %q: %w", h.key, s.err)
 	case s.err != nil:
-		return s.err
+		return fmt.Errorf("guard: release %q: %w", h.key, s.err)
 	case s.res == store.Applied:
 		return nil
 	}

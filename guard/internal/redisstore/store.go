@@ -238,7 +238,11 @@ func (s *Store) Refresh(ctx context.Context) {
 
 func (s *Store) Withdraw(ctx context.Context, k store.Keys, a store.AcquireArgs) (bool, error) {
 	n, err := s.client.ZRem(ctx, k.Waiters, s.registration(a)).Result()
-	return n == 1, s.classify(err)
+	err = s.classify(err)
+	if errors.Is(err, store.ErrWrongType) {
+		err = fmt.Errorf("%w: %s holds another type, not a queue of waiters", store.ErrWrongType, k.Waiters)
+	}
+	return n == 1, err
 }
 
 // Close releases nothing: the client belongs to the caller of New.

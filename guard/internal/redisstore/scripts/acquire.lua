@@ -144,9 +144,9 @@ end
 
 -- tell_others: other acquisitions may be timing a hand-off to the one a
 -- release named; a writer tells them it is taken, a reader lets their
--- readers in.
-local function tell_others()
-  local others = redis.call('ZCARD', KEYS[3])
+-- readers in. queued is how many registrations the queue held.
+local function tell_others(queued)
+  local others = queued
   if others > 0 and member ~= '' then others = others - redis.call('ZREM', KEYS[3], member) end
   if others == 0 then return end
   if mode == 'w' then
@@ -156,6 +156,9 @@ local function tell_others()
   end
 end
 
+-- A queue of another type is refused, naming it, before anything is written.
+local queued, bad = queue_size(KEYS[3])
+if not queued then return bad end
 local owners, latest, writer, lone, earliest = 0, 0, false, false, 0
 if redis.call('EXISTS', key) == 1 then
   local reply
@@ -172,5 +175,5 @@ if permits ~= '1' then
 else
   take_hold(token, owners, lone)
 end
-tell_others()
+tell_others(queued)
 return {1, token} -- digits, as the counter holds them

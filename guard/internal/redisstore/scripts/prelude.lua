@@ -73,6 +73,17 @@ local function drop_owner(key, o)
   redis.call('HDEL', key, o, o .. ':r', o .. ':x', o .. ':t', o .. ':m', o .. ':i')
 end
 
+-- queue_size returns the number of registrations in queue (a lock's
+-- waiting acquisitions), or nil and an error reply that names the key when
+-- it holds another Redis type.
+local function queue_size(queue)
+  local n = redis.pcall('ZCARD', queue)
+  if type(n) == 'table' and n.err then
+    return nil, redis.error_reply('WRONGTYPE ' .. queue .. ' holds a ' .. redis.call('TYPE', queue)['ok'] .. ', not a queue of waiters')
+  end
+  return n
+end
+
 -- sweep removes owners whose expiry has passed on the server's clock and
 -- returns the number of live owners, the latest expiry, the writer, the
 -- owner whose expiry is the key's (a lone owner; false when none), and the

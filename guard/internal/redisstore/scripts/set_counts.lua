@@ -90,7 +90,9 @@ end
 local function notify(what, permits)
   local dropped = ''
   if marker == '0' then dropped = ' ' .. owner end
-  if redis.call('EXISTS', waiting) == 0 then
+  -- No queue (or one of another type, which acquire.lua reports): the
+  -- release names nobody, and a release never fails for it.
+  if redis.call('TYPE', waiting)['ok'] ~= 'zset' then
     redis.call(PUBLISH, channel_of(key), what .. ' ' .. dropped)
     return
   end
