@@ -62,7 +62,9 @@ func (c *cli) show(ctx context.Context, key string) int {
 	return exitFound
 }
 
-// release force-releases one lock and prints what it ended.
+// release force-releases one lock and prints the holds it ended, then the
+// lock as it is after the release (see printReleased); --json prints only
+// the lock it ended.
 func (c *cli) release(ctx context.Context, key string) int {
 	st, err := c.locker.ForceRelease(ctx, key)
 	if err != nil {
@@ -71,8 +73,7 @@ func (c *cli) release(ctx context.Context, key string) int {
 	if c.opts.json {
 		err = writeJSON(c.stdout, toJSON(st))
 	} else if len(st.Holders) > 0 {
-		fmt.Fprintf(c.stdout, "released %q: ended %d hold(s); each holder is told at its next renewal; the next fencing token is above %d\n", key, len(st.Holders), st.Fence)
-		err = writeLock(c.stdout, c.opts.prefix, st)
+		err = c.printReleased(ctx, st)
 	}
 	if err != nil {
 		c.fail("write: %v", err)
@@ -83,6 +84,22 @@ func (c *cli) release(ctx context.Context, key string) int {
 		return exitNotFound
 	}
 	return exitFound
+}
+
+// printReleased prints the holds that a force-release ended, then reads
+// the lock again as show does and prints it as it is now: a waiter may
+// have taken it already. A failed read is reported and leaves the second
+// part out: the release is done all the same. The error is a failed write.
+func (c *cli) printReleased(ctx context.Context, ended guard.LockState) error {
+	if err := writeEnded(c.stdout, ended); err != nil {
+		return err
+	}
+	now, err := c.locker.Inspect(ctx, ended.Key)
+	if err != nil {
+		c.fail("released lock %q, but could not read it again: %s; see it with 'guardctl show %s'", ended.Key, scrub(err.Error(), c.opts.url), ended.Key)
+		return nil
+	}
+	return writeNow(c.stdout, c.opts.prefix, now)
 }
 
 func held(st guard.LockState) bool { return len(st.Holders) > 0 || len(st.Waiters) > 0 }

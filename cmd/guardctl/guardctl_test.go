@@ -48,7 +48,13 @@ func guardctl(t *testing.T, env []string, args ...string) result {
 	case err != nil:
 		t.Fatalf("guardctl %q: %v", args, err)
 	}
-	if n := strings.Count(r.stderr, "\n"); n > 1 || (r.stderr != "" && !strings.HasSuffix(r.stderr, "\n")) {
+	// A note that a KEY given as a Redis key was read as the lock's name
+	// may come before that one line.
+	rest := r.stderr
+	if note, after, ok := strings.Cut(rest, "\n"); ok && strings.HasSuffix(note, "; using the lock name") {
+		rest = after
+	}
+	if n := strings.Count(rest, "\n"); n > 1 || (rest != "" && !strings.HasSuffix(rest, "\n")) {
 		t.Errorf("guardctl %q: stderr is not one line:\n%s", args, r.stderr)
 	}
 	return r
@@ -362,10 +368,14 @@ func TestRelease(t *testing.T) {
 	}
 
 	r = must(t, 0, nil, url, "release", "job", "--force")
-	for _, want := range []string{`released "job": ended 1 hold(s)`, "stuck/9", strconv.FormatInt(le.Token(), 10), "next/10"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("release output lacks %q:\n%s", want, r.stdout)
+	ended, now := releaseParts(t, r.stdout)
+	for _, want := range []string{`ended 1 hold of "job"`, "stuck/9", strconv.FormatInt(le.Token(), 10)} {
+		if !strings.Contains(ended, want) {
+			t.Errorf("release output lacks %q before now:\n%s", want, r.stdout)
 		}
+	}
+	if !strings.Contains(now, "next/10") { // woken: waiting still, or holding already
+		t.Errorf("release output lacks the waiter after now:\n%s", r.stdout)
 	}
 	select {
 	case <-le.Context().Done():
@@ -396,6 +406,235 @@ func TestRelease(t *testing.T) {
 	r = must(t, 1, nil, url, "release", "--force", "job")
 	if !strings.Contains(r.stderr, "nothing released") {
 		t.Errorf("release of a free key: %q", r.stderr)
+	}
+}
+
+// releaseParts splits release's text output into the holds it ended, from
+// the heading "ended N hold(s) of KEY" on, and the lock after the
+// release, from the line "now:" on.
+func releaseParts(t *testing.T, out string) (ended, now string) {
+	t.Helper()
+	if !strings.HasPrefix(out, "ended ") {
+		t.Fatalf("release output does not start with the holds it ended:\n%s", out)
+	}
+	at := strings.Index(out, "\nnow:")
+	if at < 0 {
+		t.Fatalf("release output has no line now:\n%s", out)
+	}
+	return out[:at+1], out[at+1:]
+}
+
+// release --force labels the holds it ended as ended, and then shows the
+// lock as a read after the release finds it: free, or taken by a waiter
+// that the release woke, with the other waiter still queued; the ended
+// holder is only in the first part, the waiters only in the second.
+func TestReleaseEndedAndNow(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	url := "--url=redis://" + srv.Addr()
+	// A short TTL, so that the holder learns of the release soon after.
+	holder := newLocker(t, client, guard.WithIdentity("stuck/9"), guard.WithTTL(time.Second))
+
+	t.Run("free", func(t *testing.T) {
+		le := acquire(t, t.Context(), holder, "alone")
+		t.Cleanup(func() { _ = le.Release(context.Background()) })
+		r := must(t, 0, nil, url, "release", "--force", "alone")
+		tok := strconv.FormatInt(le.Token(), 10)
+		rows := table(r.stdout)
+		want := [][]string{
+			{"ended", "1", "hold", "of", `"alone";`, "each", "holder", "learns", "it", "at", "its", "next", "renewal:"},
+			{"IDENTITY", "MODE", "WRITES", "READS", "LEFT", "TOKEN", "MINHOLD", "OWNER"},
+			{"stuck/9", "write", "1", "0", "", tok, "-", ""},
+			{"now:", "free", "(fencing", "counter", tok + ")"},
+		}
+		if len(rows) != len(want) || r.stderr != "" {
+			t.Fatalf("release of a lock nobody waits for:\n%s\nstderr %q", r.stdout, r.stderr)
+		}
+		for i, w := range want {
+			got := slices.Clone(rows[i])
+			for j := range w {
+				if w[j] == "" && j < len(got) { // LEFT and OWNER vary
+					got[j] = ""
+				}
+			}
+			if !slices.Equal(got, w) {
+				t.Errorf("line %d = %q, want %q\n%s", i, rows[i], w, r.stdout)
+			}
+		}
+	})
+
+	t.Run("waiters", func(t *testing.T) {
+		le := acquire(t, t.Context(), holder, "queued")
+		t.Cleanup(func() { _ = le.Release(context.Background()) })
+		got := make(chan *guard.Lease, 2)
+		for _, id := range []string{"next/10", "then/11"} {
+			l := newLocker(t, client, guard.WithIdentity(id), guard.WithTTL(20*time.Second))
+			go func() {
+				w, err := l.Acquire(t.Context(), "queued", guard.Wait(time.Minute))
+				if err != nil {
+					t.Error(err)
+				}
+				got <- w
+			}()
+		}
+		waitFor(t, "both waiters to register", func() bool {
+			st, err := holder.Inspect(t.Context(), "queued")
+			return err == nil && len(st.Waiters) == 2
+		})
+
+		r := must(t, 0, nil, url, "release", "queued", "--force")
+		ended, now := releaseParts(t, r.stdout)
+		if first, _, _ := strings.Cut(ended, "\n"); first != `ended 1 hold of "queued"; each holder learns it at its next renewal:` {
+			t.Errorf("release heading %q", first)
+		}
+		if !strings.Contains(ended, "stuck/9") || !strings.Contains(ended, strconv.FormatInt(le.Token(), 10)) {
+			t.Errorf("the ended holds lack the holder:\n%s", r.stdout)
+		}
+		for _, unlabeled := range []string{"holders:", "waiters:", "next/10", "then/11"} {
+			if strings.Contains(ended, unlabeled) {
+				t.Errorf("the ended holds show %q:\n%s", unlabeled, r.stdout)
+			}
+		}
+		// Read right after the release: a waiter may hold the lock already.
+		if !strings.HasPrefix(now, "now:\nlock             queued\n") || strings.Contains(now, "stuck/9") ||
+			!strings.Contains(now, "next/10") || !strings.Contains(now, "then/11") ||
+			!strings.Contains(now, "waiters: ") {
+			t.Errorf("the lock after the release:\n%s", r.stdout)
+		}
+		// Let both waiters through.
+		for range 2 {
+			select {
+			case w := <-got:
+				if w == nil {
+					t.FailNow()
+				}
+				if w.Token() <= le.Token() {
+					t.Errorf("token after release %d <= %d", w.Token(), le.Token())
+				}
+				_ = w.Release(context.Background())
+			case <-time.After(10 * time.Second):
+				t.Fatal("a waiter never got the lock")
+			}
+		}
+	})
+}
+
+// A Redis key of a lock, pasted as redis-cli shows it ("guard:{name}", or
+// one of its derived keys), is read as the lock's name by show, watch and
+// release, with a note on standard error; a key under another prefix, or
+// one that is not a lock's, is refused with the name to pass instead.
+func TestPastedRedisKey(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	url := "--url=redis://" + srv.Addr()
+	holder := newLocker(t, client, guard.WithIdentity("web-1/4242"), guard.WithTTL(time.Second))
+	waiter := newLocker(t, client, guard.WithIdentity("web-3/91"), guard.WithTTL(20*time.Second))
+	le := acquire(t, t.Context(), holder, "nightly-report")
+	t.Cleanup(func() { _ = le.Release(context.Background()) })
+	got := make(chan *guard.Lease, 1)
+	go func() {
+		w, err := waiter.Acquire(t.Context(), "nightly-report", guard.Wait(time.Minute))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- w
+	}()
+	waitFor(t, "the waiter to register", func() bool {
+		st, err := holder.Inspect(t.Context(), "nightly-report")
+		return err == nil && len(st.Waiters) == 1
+	})
+
+	// The keys as redis-cli lists them: the lock, its fencing counter, its queue.
+	keys, err := client.Keys(t.Context(), "guard:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(keys)
+	want := []string{"guard:{nightly-report}", "guard:{nightly-report}:fence", "guard:{nightly-report}:waiters"}
+	if !slices.Equal(keys, want) {
+		t.Fatalf("Redis keys %q, want %q: the key layout changed; update nameInKey", keys, want)
+	}
+	whats := []string{"the Redis key", "the fencing counter", "the queue of waiting acquisitions"}
+	for i, key := range keys {
+		r := must(t, 0, nil, url, "show", key)
+		note := "guardctl: " + strconv.Quote(key) + " is " + whats[i] + ` of lock "nightly-report"; using the lock name` + "\n"
+		if r.stderr != note {
+			t.Errorf("show %s: stderr %q, want %q", key, r.stderr, note)
+		}
+		for _, want := range []string{"lock             nightly-report\n", "redis key        guard:{nightly-report}\n", "web-1/4242", "web-3/91"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("show %s lacks %q:\n%s", key, want, r.stdout)
+			}
+		}
+	}
+
+	// watch: its first snapshot is the lock's.
+	watch := exec.Command(bin, url, "watch", "--json", "guard:{nightly-report}")
+	var stderr bytes.Buffer
+	watch.Stderr = &stderr
+	out, err := watch.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	_ = watch.Process.Signal(syscall.SIGINT)
+	if werr := watch.Wait(); werr != nil {
+		t.Errorf("watch after an interrupt: %v; stderr %s", werr, stderr.String())
+	}
+	var st lockJSON
+	if err != nil || json.Unmarshal([]byte(line), &st) != nil || st.Key != "nightly-report" || len(st.Holders) != 1 {
+		t.Errorf("watch guard:{nightly-report} printed %q (%v)", line, err)
+	}
+	if !strings.Contains(stderr.String(), `"guard:{nightly-report}" is the Redis key of lock "nightly-report"; using the lock name`) {
+		t.Errorf("watch: stderr %q", stderr.String())
+	}
+
+	// release: refused without --force, naming the lock; then done.
+	r := must(t, 1, nil, url, "release", "guard:{nightly-report}")
+	if notes := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n"); len(notes) != 2 ||
+		!strings.HasSuffix(notes[0], "using the lock name") || !strings.Contains(notes[1], `refusing to release "nightly-report" without --force`) {
+		t.Errorf("release of a pasted key without --force: stderr %q", r.stderr)
+	}
+	r = must(t, 0, nil, url, "release", "--force", "guard:{nightly-report}")
+	if !strings.HasPrefix(r.stdout, `ended 1 hold of "nightly-report"`) ||
+		r.stderr != `guardctl: "guard:{nightly-report}" is the Redis key of lock "nightly-report"; using the lock name`+"\n" {
+		t.Errorf("release of a pasted key:\n%s\nstderr %q", r.stdout, r.stderr)
+	}
+	select {
+	case w := <-got:
+		if w != nil {
+			_ = w.Release(context.Background())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter never got the released lock")
+	}
+
+	// Under --prefix, the key of that prefix.
+	team := newLocker(t, client, guard.WithPrefix("team:"), guard.WithIdentity("team-a"))
+	tl := acquire(t, t.Context(), team, "report")
+	t.Cleanup(func() { _ = tl.Release(context.Background()) })
+	r = must(t, 0, nil, url, "--prefix", "team:", "show", "team:{report}")
+	if !strings.Contains(r.stdout, "team-a") || !strings.Contains(r.stderr, `lock "report"; using the lock name`) {
+		t.Errorf("show team:{report} --prefix team::\n%s\nstderr %q", r.stdout, r.stderr)
+	}
+
+	// Keys that name no lock under the prefix: a usage error, before any request.
+	for _, tc := range []struct{ arg, stderr string }{
+		{"team:{report}", `under the prefix "team:", not under --prefix "guard:": pass --prefix "team:" and the name "report"`},
+		{"guard:{report}:claim", `is the claim (guard.Claim) of "report", not a lock`},
+		{"guard:{report}x", `pass the name "report"`},
+		{"guard:{}", "nothing is between the braces"},
+		{"report}", "(guard:{NAME})"},
+	} {
+		for _, cmd := range []string{"show", "watch", "release"} {
+			r := must(t, 2, nil, url, cmd, tc.arg, "--force")
+			if !strings.Contains(r.stderr, tc.stderr) || strings.Contains(r.stderr, "using the lock name") {
+				t.Errorf("%s %s: stderr %q, want it to contain %q", cmd, tc.arg, r.stderr, tc.stderr)
+			}
+		}
 	}
 }
 

@@ -103,6 +103,11 @@ func TestControlCharactersInKeys(t *testing.T) {
 	if found := strings.ContainsRune(r.stderr, '\x1b'); found || !strings.Contains(r.stderr, `free\x1b[2J`) {
 		t.Errorf("show of a free key: stderr %q", r.stderr)
 	}
+	// The note about a Redis key given as KEY quotes it escaped.
+	r = must(t, 0, nil, url, "show", "guard:{"+key+"}")
+	if _, found := rawControl(r.stderr, ""); found || !strings.Contains(r.stderr, shown) {
+		t.Errorf("show of the lock's Redis key: stderr %q", r.stderr)
+	}
 	r = must(t, 0, nil, url, "release", "--force", key)
 	if r, found := rawControl(r.stdout, ""); found {
 		t.Errorf("release prints %q raw", r)

@@ -14,7 +14,13 @@
 //
 // KEY is the lock's key as the program passes it to guard (WithLock,
 // Acquire), not the Redis key: with the default prefix, KEY "report" is the
-// Redis hash "guard:{report}". Flags may come before or after the command:
+// Redis hash "guard:{report}". A Redis key of the lock, pasted as redis-cli
+// shows it, is taken too: "guard:{report}", and the other names guard gives
+// the lock ("guard:{report}:fence", ":waiters", ":released", ":done:OWNER"),
+// are read as KEY "report", with a note on standard error that says so. A key
+// under another prefix than --prefix, or a claim's or a budget's key, is
+// refused with what to pass instead. Flags may come before or after the
+// command:
 //
 //	--url URL         the Redis deployment (default $REDIS_URL, else redis://localhost:6379)
 //	--prefix P        the prefix the Lockers use (guard.WithPrefix; default "guard:")
@@ -63,13 +69,19 @@
 // id) and the fencing counter. watch prints show's output again when the
 // lock changes: on a terminal it redraws the screen at every read, else it
 // prints a new snapshot only when holders, counts, tokens, waiters or the
-// counter changed. Characters that are not printable in a key, an
+// counter changed. release prints the holds it ended, under the heading
+// "ended N holds of KEY", in show's table of holders (LEFT is what each had
+// left), and then, under "now:", the lock as a read right after the
+// release finds it, as show prints it (a waiter that the release woke may
+// hold it already), or "now: free (fencing counter N)". Characters that
+// are not printable in a key, an
 // identity or an id (ESC, other control characters, invalid UTF-8) are
 // shown escaped as Go writes them in a string (\x1b, \u009b, \xff), so
 // that no name read from Redis can drive the terminal.
 //
-// With --json, show and release print one lock object, ls an array of them,
-// and watch one object per line per change. The field names are stable:
+// With --json, show and release print one lock object (release: the lock
+// as it ended it), ls an array of them, and watch one object per line per
+// change. The field names are stable:
 //
 //	{
 //	  "key": "report",               the lock's key
@@ -137,6 +149,9 @@ commands:
   show KEY                show a lock's holders, waiters and fencing counter
   watch KEY               show KEY again whenever it changes, until interrupted
   release KEY --force     end every hold on KEY and wake its waiters
+
+KEY is the lock's name as the program passes it to guard; its Redis key as
+redis-cli shows it (guard:{KEY}) is read as that name.
 
 flags (before or after the command):
   --url URL         redis://host:port[/db], rediss://..., unix:///path,
@@ -238,6 +253,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	}
 	if code, ok := c.check(); !ok {
 		return code
+	}
+	if cmd == "show" || cmd == "watch" || cmd == "release" {
+		name, code, ok := c.lockKey(pos[0])
+		if !ok {
+			return code
+		}
+		pos[0] = name
 	}
 	if cmd == "release" && !c.opts.force {
 		c.fail("refusing to release %q without --force: it ends every hold on the lock, and a holder learns it only at its next renewal; look first with 'guardctl show %s', then add --force", pos[0], pos[0])
@@ -342,6 +364,10 @@ func (c *cli) fail(format string, args ...any) {
 	msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " ")
 	fmt.Fprintln(c.stderr, "guardctl: "+printable(msg))
 }
+
+// note writes one line to standard error, as fail does, about what the
+// command did in place of what it was given; the run goes on.
+func (c *cli) note(format string, args ...any) { c.fail(format, args...) }
 
 // failed reports an error of a request about what, and returns its exit
 // status: not found for a key of another type, else a connection error.

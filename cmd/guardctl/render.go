@@ -191,16 +191,7 @@ func writeLock(w io.Writer, prefix string, st guard.LockState) error {
 		fmt.Fprintln(w, "holders: none (free)")
 	} else {
 		fmt.Fprintf(w, "holders: %d\n", len(st.Holders))
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  IDENTITY\tMODE\tWRITES\tREADS\tLEFT\tTOKEN\tMINHOLD\tOWNER")
-		for _, h := range st.Holders {
-			m := mode(h.Write)
-			if h.Lingering() {
-				m += " (released, kept for MinHold)"
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%d\t%s\t%s\n", identity(h.Identity), m, h.Writes, h.Reads, duration(h.Left), h.Token, duration(h.MinHold), printable(h.Owner))
-		}
-		if err := tw.Flush(); err != nil {
+		if err := writeHolders(w, st.Holders); err != nil {
 			return err
 		}
 	}
@@ -215,6 +206,46 @@ func writeLock(w io.Writer, prefix string, st guard.LockState) error {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", identity(wt.Identity), mode(wt.Write), duration(wt.Left), printable(wt.Locker), printable(wt.Owner))
 	}
 	return tw.Flush()
+}
+
+// writeHolders writes the table of holders that show writes under
+// "holders:", indented.
+func writeHolders(w io.Writer, holders []guard.Holder) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  IDENTITY\tMODE\tWRITES\tREADS\tLEFT\tTOKEN\tMINHOLD\tOWNER")
+	for _, h := range holders {
+		m := mode(h.Write)
+		if h.Lingering() {
+			m += " (released, kept for MinHold)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%d\t%s\t%s\n", identity(h.Identity), m, h.Writes, h.Reads, duration(h.Left), h.Token, duration(h.MinHold), printable(h.Owner))
+	}
+	return tw.Flush()
+}
+
+// writeEnded writes the first part of release's view: the holds that a
+// force-release ended (as ForceRelease returned them, LEFT being what each
+// had left), in show's table of holders under a heading that says they
+// ended.
+func writeEnded(w io.Writer, ended guard.LockState) error {
+	holds := "holds"
+	if len(ended.Holders) == 1 {
+		holds = "hold"
+	}
+	fmt.Fprintf(w, "ended %d %s of %s; each holder learns it at its next renewal:\n", len(ended.Holders), holds, strconv.Quote(ended.Key))
+	return writeHolders(w, ended.Holders)
+}
+
+// writeNow writes the second part of release's view: the lock as a read
+// after the release found it, under "now:", as show writes it, or
+// "now: free" when nobody holds or waits for it.
+func writeNow(w io.Writer, prefix string, now guard.LockState) error {
+	if !held(now) {
+		_, err := fmt.Fprintf(w, "now: free (fencing counter %s)\n", token(now.Fence))
+		return err
+	}
+	fmt.Fprintln(w, "now:")
+	return writeLock(w, prefix, now)
 }
 
 // identity is a holder's or waiter's identity as text output shows it.

@@ -76,6 +76,8 @@ func TestTextEscapes(t *testing.T) {
 		{"watch", func(b *bytes.Buffer) error { c.stdout = b; return c.draw(hostile, false) }, ""},
 		{"watch redraw", func(b *bytes.Buffer) error { c.stdout = b; return c.draw(hostile, true) }, "\x1b[H\x1b[2J"},
 		{"watch free", func(b *bytes.Buffer) error { c.stdout = b; return c.draw(guard.LockState{Key: hostile.Key}, false) }, ""},
+		{"release ended", func(b *bytes.Buffer) error { return writeEnded(b, hostile) }, ""},
+		{"release now", func(b *bytes.Buffer) error { return writeNow(b, "guard:", hostile) }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
@@ -89,7 +91,7 @@ func TestTextEscapes(t *testing.T) {
 			if !strings.Contains(out, `evil\x1b[2J\x7f\u009b\xff`) {
 				t.Errorf("output lacks the escaped key:\n%s", out)
 			}
-			if tc.name == "show" {
+			if tc.name == "show" || tc.name == "release now" {
 				for _, want := range []string{`id\x1b[31m\u202e`, `own\x1b]0;pwned\a`, `lk\x1b[H`, `wo\r\x1b[K`, `wi\x00`} {
 					if !strings.Contains(out, want) {
 						t.Errorf("show lacks %s:\n%s", want, out)
