@@ -5,8 +5,18 @@ GO ?= go
 
 .PHONY: test redis fmt-check vet bench servercost chaos
 
+# The suite runs under internal/cmd/testsummary, which runs go test -json
+# and prints a line per package as it finishes and the whole output of
+# each failing test, then a summary: every package with its counts, the
+# totals, every skipped test with its reason and the ten slowest tests. It
+# fails with go test's exit status, or with 1 if go test exited 0 but its
+# stream shows a failure. TESTJSON=file also keeps go test's raw -json
+# stream.
+TESTJSON ?=
+
 test: redis fmt-check vet
-	$(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) run ./internal/cmd/testsummary -go '$(GO)' $(if $(TESTJSON),-json-out '$(TESTJSON)') \
+		-- -race -count=1 -timeout 15m ./...
 
 # Tests start their own redis-server on free loopback ports; they only need
 # the binary on PATH. When installing, we stop and disable the service the
