@@ -40,6 +40,36 @@ func TestBusyLoggedOncePerKey(t *testing.T) {
 	}
 }
 
+// A duplicate skipped, revoked or archived because its key is busy is
+// logged at Info once per interval per key, and at Debug otherwise: a
+// fleet's duplicates repeat it.
+func TestBusyDuplicatesLoggedOncePerKey(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		policy asynqguard.Option
+		msg    string
+	}{
+		{asynqguard.Skip(), "skipped duplicate: key busy"},
+		{asynqguard.Revoke(), "revoked duplicate: key busy"},
+		{asynqguard.Archive(), "archived duplicate: key busy"},
+	} {
+		task := asynq.NewTask("report:daily", []byte(tc.msg))
+		hold(t, srv, keyOf(task.Type(), task.Payload()))
+		log, buf := newLogger()
+		mw := asynqguard.Middleware(newLocker(t, srv), tc.policy, asynqguard.Logger(log))
+		var runs atomic.Int64
+		for range 5 {
+			_ = mw(counting(&runs, nil)).ProcessTask(t.Context(), task)
+		}
+		if runs.Load() != 0 {
+			t.Fatalf("%s: the handler ran %d times under a held key", tc.msg, runs.Load())
+		}
+		if info, debug := len(buf.lines("level=INFO", tc.msg)), len(buf.lines("level=DEBUG", tc.msg)); info != 1 || debug != 4 {
+			t.Errorf("5 duplicates: %d lines at Info and %d at Debug, want 1 and 4:\n%s", info, debug, buf)
+		}
+	}
+}
+
 // Wiring the middleware around a nil handler fails at once.
 func TestNilHandlerPanics(t *testing.T) {
 	srv := redistest.Start(t)

@@ -167,7 +167,7 @@ func (m *middleware) run(ctx context.Context, t *asynq.Task, key, id string, nex
 			return fmt.Errorf("asynqguard: read done record: %w", err)
 		}
 		if done {
-			m.log(ctx, slog.LevelInfo, "asynqguard: skipped duplicate: already done", attrs, "done_by", string(by))
+			m.logRepeated(ctx, key, "asynqguard: skipped duplicate: already done", attrs, "done_by", string(by))
 			return nil
 		}
 	}
@@ -201,29 +201,39 @@ func (m *middleware) notRun(ctx context.Context, key string, err error, attrs []
 	busy := fmt.Errorf("%w: %w", ErrBusy, err)
 	switch m.cfg.policy {
 	case policySkip:
-		m.log(ctx, slog.LevelInfo, "asynqguard: skipped duplicate: key busy", attrs)
+		m.logRepeated(ctx, key, "asynqguard: skipped duplicate: key busy", attrs)
 		return nil
 	case policyRevoke:
-		m.log(ctx, slog.LevelInfo, "asynqguard: revoked duplicate: key busy", attrs)
+		m.logRepeated(ctx, key, "asynqguard: revoked duplicate: key busy", attrs)
 		return fmt.Errorf("%w: %w", busy, asynq.RevokeTask)
 	case policyArchive:
-		m.log(ctx, slog.LevelInfo, "asynqguard: archived duplicate: key busy", attrs)
+		m.logRepeated(ctx, key, "asynqguard: archived duplicate: key busy", attrs)
 		return fmt.Errorf("%w: %w", busy, asynq.SkipRetry)
 	default:
-		// Retried again and again while the key stays busy: logged once
-		// per throttle.Every per key, not at every attempt.
-		if log, repeated := m.busy.Allow(key, time.Now()); log {
-			args := []any{"lock_key", key}
-			if held, ok := guard.HeldFor(err); ok {
-				args = append(args, "held_for", held)
-			}
-			if repeated > 0 {
-				args = append(args, "repeated", repeated)
-			}
-			m.log(ctx, slog.LevelInfo, "asynqguard: key busy; retry later", attrs, args...)
+		var args []any
+		if held, ok := guard.HeldFor(err); ok {
+			args = append(args, "held_for", held)
 		}
+		m.logRepeated(ctx, key, "asynqguard: key busy; retry later", attrs, args...)
 		return busy
 	}
+}
+
+// logRepeated logs a task not run because its key is busy or done: the
+// duplicates of a task, and the retries of one, repeat it, so it is logged
+// at Info the first time for key and then at most once a minute, with the
+// count of those not logged, at Debug otherwise.
+func (m *middleware) logRepeated(ctx context.Context, key, msg string, attrs []slog.Attr, args ...any) {
+	ok, repeated := m.busy.Allow(key, time.Now())
+	if !ok {
+		m.log(ctx, slog.LevelDebug, msg, attrs, append(args, "lock_key", key)...)
+		return
+	}
+	args = append(args, "lock_key", key)
+	if repeated > 0 {
+		args = append(args, "repeated", repeated)
+	}
+	m.log(ctx, slog.LevelInfo, msg, attrs, args...)
 }
 
 func (m *middleware) log(ctx context.Context, level slog.Level, msg string, attrs []slog.Attr, args ...any) {

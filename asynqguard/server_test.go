@@ -145,7 +145,7 @@ func TestSkipPolicy(t *testing.T) {
 	for range 2 {
 		startServer(t, srv, cfg, nil, []asynqguard.Option{asynqguard.Skip(), asynqguard.Logger(log)}, h)
 	}
-	skipped := func() []string { return buf.lines("level=INFO", "skipped duplicate: key busy") }
+	skipped := func() []string { return buf.lines("skipped duplicate: key busy") }
 	waitFor(t, 20*time.Second, "one run and two skips", func() bool {
 		return tr.totalRuns() == 1 && len(skipped()) == 2 && drained(t, in, queue)
 	})

@@ -111,6 +111,7 @@ func (k *lock) Unlock(ctx context.Context) error {
 		log.Error("gocronguard: cannot release the lease", append(kv, "err", err)...)
 		return err
 	}
+	log.Debug("gocronguard: ran", kv...)
 	return nil
 }
 

@@ -94,6 +94,8 @@ func (t *task) run(ctx context.Context) error {
 	case errors.Is(err, guard.ErrLeaseLost):
 		// guard's logger reports the loss at Error; this names the job, at Debug.
 		t.cfg.log.Debug("gocronguard: lease lost during the run", append(kv, "err", err)...)
+	case err == nil:
+		t.cfg.log.Debug("gocronguard: ran", kv...)
 	}
 	return err
 }

@@ -361,11 +361,16 @@ func (l *Locker) abandon() {
 }
 
 // logBusy logs that key was busy: at Info the first time and then at
-// most once a minute per key, with how many were not logged since (a busy
-// key is the normal state of a fleet), at Debug otherwise.
+// most once a minute per key, with how many were not logged since
+// (repeated), at Debug otherwise: a busy key is the normal state of a
+// fleet. Every adapter logs what its retries repeat the same way.
 func (l *Locker) logBusy(msg, key string, args ...any) {
-	if ok, suppressed := l.busy.Allow(key, l.clock.Now()); ok {
-		l.log.Info(msg, append([]any{"key", key, "suppressed", suppressed}, args...)...)
+	if ok, repeated := l.busy.Allow(key, l.clock.Now()); ok {
+		args = append([]any{"key", key}, args...)
+		if repeated > 0 {
+			args = append(args, "repeated", repeated)
+		}
+		l.log.Info(msg, args...)
 		return
 	}
 	if l.debugEnabled() {

@@ -179,7 +179,7 @@ func (h *handler) spend(ctx context.Context, q *request, amount int64) bool {
 		h.unavailable(q, err)
 		return false
 	case !ok:
-		q.log.Info("httpguard: quota spent; answered 429", "window_left", left)
+		h.logRepeated(q, quotaKey(q.principal), "httpguard: quota spent; answered 429", "window_left", left)
 		q.w.Header().Set("Retry-After", strconv.FormatInt(max(int64((left+time.Second-1)/time.Second), 1), 10))
 		h.deny(q.w, q.r, problemQuotaSpent())
 		return false
@@ -199,7 +199,7 @@ func (h *handler) afford(ctx context.Context, q *request, amount int64) bool {
 	case err != nil:
 		q.log.Error("httpguard: response not stored: the quota could not be charged", "err", err)
 	case !ok:
-		q.log.Info("httpguard: response not stored: the principal's quota is spent", "bytes", amount)
+		h.logRepeated(q, quotaKey(q.principal), "httpguard: response not stored: the principal's quota is spent", "bytes", amount)
 	}
 	return ok && err == nil
 }

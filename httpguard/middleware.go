@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/internal/throttle"
 )
 
 // Middleware returns middleware that makes the guarded requests of a
@@ -33,11 +34,12 @@ func Middleware(l *guard.Locker, opts ...Option) func(http.Handler) http.Handler
 	if err != nil {
 		panic(err)
 	}
+	busy := throttle.New(throttle.Every, throttle.Keys)
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			panic(invalid("nil handler"))
 		}
-		return &handler{l: l, c: c, next: next}
+		return &handler{l: l, c: c, next: next, busy: busy}
 	}
 }
 
@@ -46,6 +48,22 @@ type handler struct {
 	l    *guard.Locker
 	c    config
 	next http.Handler
+	busy *throttle.Throttle // refusals to log, per key or principal
+}
+
+// logRepeated logs a refusal that a client's retries repeat (a key in
+// flight, a spent quota): at Info the first time for key and then at most
+// once a minute, with the count of those not logged, at Debug otherwise.
+func (h *handler) logRepeated(q *request, key, msg string, args ...any) {
+	ok, repeated := h.busy.Allow(key, time.Now())
+	if !ok {
+		q.log.Debug(msg, args...)
+		return
+	}
+	if repeated > 0 {
+		args = append(args, "repeated", repeated)
+	}
+	q.log.Info(msg, args...)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -138,7 +156,7 @@ func (h *handler) serve(q *request) {
 	case ctx.Err() != nil: // the client is gone: nobody to answer
 	case errors.Is(err, guard.ErrNotAcquired):
 		after := retryAfter(err, h.c.maxRetryAfter)
-		q.log.Info("httpguard: key in flight", "retry_after", after)
+		h.logRepeated(q, q.lookup, "httpguard: key in flight", "retry_after", after)
 		q.w.Header().Set("Retry-After", strconv.FormatInt(after, 10))
 		h.deny(q.w, q.r, problemInFlight())
 	default:

@@ -18,12 +18,14 @@ import (
 )
 
 // Ten identical requests at once: the handler runs once, the other nine
-// are refused as in flight, and a retry after completion is a replay.
+// are refused as in flight (logged at Info once: clients' retries repeat
+// it), and a retry after completion is a replay.
 func TestConcurrentDuplicates(t *testing.T) {
 	e := newEnv(t)
 	var runs counter
+	var lg logs
 	release := make(chan struct{})
-	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.mux.Handle("POST /orders", httpguard.Middleware(e.locker, httpguard.SharedKeys(), httpguard.Logger(lg.logger()))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.inc()
 		select {
 		case <-release:
@@ -55,6 +57,12 @@ func TestConcurrentDuplicates(t *testing.T) {
 	}
 	close(release)
 	wg.Wait()
+	if n := strings.Count(lg.String(), "key in flight"); n != 9 {
+		t.Errorf("%d refusals logged, want 9:\n%s", n, lg.String())
+	}
+	if n := strings.Count(lg.String(), `level=INFO msg="httpguard: key in flight"`); n != 1 {
+		t.Errorf("%d refusals of one key logged at Info, want 1 (once a minute per key):\n%s", n, lg.String())
+	}
 	if res := <-results; res.status != http.StatusCreated || res.body != "order 1" {
 		t.Fatalf("the request that ran: %d %q, want 201 order 1", res.status, res.body)
 	}

@@ -227,6 +227,7 @@ func (l storyLogger) Handle(_ context.Context, r slog.Record) error {
 		return true
 	})
 	switch r.Message {
+	case "gocronguard: ran": // the job has said so itself
 	case "gocronguard: skip":
 		l.p.Say(l.name, "%s %s skipped: %v", f["job"], clock(f["tick"]), f["reason"])
 	case "gocronguard: lease lost during the run":
