@@ -7,34 +7,52 @@ import (
 	"log"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
 	"github.com/jobguard/jobguard/asynqguard"
 	"github.com/jobguard/jobguard/guard"
 	"github.com/redis/go-redis/v9"
 )
 
-// A server whose tasks run under a guard lease: identical tasks never run at
-// the same time on any server of the fleet, and a task that finds its key
-// busy is retried soon without spending a retry.
-func ExampleMiddleware() {
-	locker, err := guard.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"}))
+// exampleLocker returns a Locker on an embedded Redis and a func that
+// closes both.
+func exampleLocker() (*guard.Locker, func()) {
+	m, err := miniredis.Run()
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer locker.Close() // after srv.Shutdown: handlers still running keep their leases
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	locker, err := guard.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return locker, func() { locker.Close(); client.Close(); m.Close() }
+}
 
-	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: "localhost:6379"}, asynq.Config{
+// A server whose tasks run under a guard lease: identical tasks never run at
+// the same time on any server of the fleet, and a task that finds its key
+// busy is retried soon without spending a retry. Here a task and its
+// duplicate go through the mux by hand, as srv.Run(mux) would run them.
+func ExampleMiddleware() {
+	locker, stop := exampleLocker() //docs:hide
+	defer stop()                    //docs:hide
+
+	cfg := asynq.Config{ // for srv := asynq.NewServer(redisOpt, cfg)
 		IsFailure:      asynqguard.IsFailure,  // a busy key spends no retry
 		RetryDelayFunc: asynqguard.RetryDelay, // and is retried when the holder's lease would end, 5.5s at most
-	})
+	}
 	mux := asynq.NewServeMux()
 	mux.Use(asynqguard.Middleware(locker, asynqguard.DoneTTL(time.Hour)))
 	mux.HandleFunc("email:welcome", func(ctx context.Context, t *asynq.Task) error {
-		return nil // send the email; stop when ctx is done
+		fmt.Printf("welcome email for %s\n", t.Payload())
+		return nil // a real handler stops when ctx is done
 	})
-	if err := srv.Run(mux); err != nil {
-		log.Fatal(err)
-	}
+	_ = cfg //docs:hide
+
+	task := asynq.NewTask("email:welcome", []byte(`{"user":42}`))
+	_ = mux.ProcessTask(context.Background(), task)
+	_ = mux.ProcessTask(context.Background(), task) // a duplicate, within DoneTTL: skipped
+	// Output: welcome email for {"user":42}
 }
 
 // The hooks for asynq.Config tell a busy key from a failure.

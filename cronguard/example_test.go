@@ -74,6 +74,17 @@ func Example() {
 	// instance-3 skips: tick already claimed
 }
 
+// exampleLocker returns a Locker on an embedded Redis and a func that
+// closes both.
+func exampleLocker() (*guard.Locker, func()) {
+	client, stop := exampleClient()
+	locker, err := guard.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return locker, func() { locker.Close(); stop() }
+}
+
 // The usual setup: Add schedules the job on the Cron and tells the job
 // its schedule, from one spec; one *slog.Logger logs for cron, cronguard
 // and guard (CronLogger gives it to cron), and the base context
@@ -81,27 +92,28 @@ func Example() {
 // waits for them. A wiring mistake (a typo in the spec, a bad option) is
 // Add's error, at startup.
 func ExampleAdd() {
-	client, stop := exampleClient()
-	defer stop()
-	locker, err := guard.New(client)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
+	locker, stop := exampleLocker() //docs:hide
+	defer stop()                    //docs:hide
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
+	ran := make(chan struct{}, 1)   //docs:hide
+	go func() { <-ran; cancel() }() //docs:hide
 
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil)) // the service's logger
 	c := cron.New(cron.WithLogger(cronguard.CronLogger(logger)))
-	_, err = cronguard.Add(c, locker, "sync-invoices", "@every 5m", func(ctx context.Context) error {
-		return nil // sync, and stop when ctx is done
+	_, err := cronguard.Add(c, locker, "sync-invoices", "@every 1s", func(ctx context.Context) error {
+		token, _ := guard.TokenFrom(ctx, "sync-invoices")
+		ran <- struct{}{} //docs:hide
+		fmt.Println("syncing invoices with a fencing token:", token > 0)
+		return nil // a real job passes ctx and the token on, and stops when ctx is done
 	}, cronguard.Logger(logger), cronguard.BaseContext(ctx))
 	if err != nil {
-		log.Fatal(err)
+		log.Fatal(err) // a bad spec or option: found at startup
 	}
 	c.Start()
-	<-ctx.Done()
+	<-ctx.Done() // until interrupted
 	<-c.Stop().Done()
+	// Output: syncing invoices with a fencing token: true
 }
 
 // Func guards a job for cron's own AddJob; it needs the same spec as a

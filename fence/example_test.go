@@ -13,6 +13,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/jobguard/jobguard/fence"
+	"github.com/jobguard/jobguard/guard"
 	"github.com/redis/go-redis/v9"
 	_ "modernc.org/sqlite"
 )
@@ -133,4 +134,56 @@ func ExampleRedis_Get() {
 	// read with token 8: 41 <nil>
 	// token 7 writes 42: fence: stale token 7 for "visits": it has accepted token 8
 	// token 8 writes 42 <nil>
+}
+
+// exampleLocker returns a Locker on an embedded Redis and a func that
+// closes both.
+func exampleLocker() (*guard.Locker, func()) {
+	m, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	locker, err := guard.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return locker, func() { locker.Close(); client.Close(); m.Close() }
+}
+
+// The usual shape: the job's write checks the token of the lease it runs
+// under, in the transaction that writes.
+func ExampleSQL_Check_withLock() {
+	db, cleanup := exampleDB()      //docs:hide
+	defer cleanup()                 //docs:hide
+	locker, stop := exampleLocker() //docs:hide
+	defer stop()                    //docs:hide
+	ctx := context.Background()     //docs:hide
+
+	f, err := fence.NewSQL(db, fence.SQLite) // or fence.Postgres, fence.MySQL
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := f.Migrate(ctx); err != nil { // creates the table jobguard_fences
+		log.Fatal(err)
+	}
+	_, _ = db.Exec("CREATE TABLE invoices (id INTEGER PRIMARY KEY, status TEXT)") //docs:hide
+	err = locker.WithLock(ctx, "invoice/42", func(ctx context.Context) error {
+		token, _ := guard.TokenFrom(ctx, "invoice/42")
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := f.Check(ctx, tx, "invoice/42", token); err != nil {
+			return err // errors.Is(err, fence.ErrStale): a newer holder has written
+		}
+		// ... the writes, in tx ...
+		if _, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO invoices VALUES (42, 'sent')"); err != nil { //docs:hide
+			return err //docs:hide
+		} //docs:hide
+		return tx.Commit()
+	})
+	fmt.Println("invoice 42 sent:", err == nil)
+	// Output: invoice 42 sent: true
 }

@@ -27,6 +27,17 @@ func exampleClient() (*redis.Client, func()) {
 	return client, func() { client.Close(); m.Close() }
 }
 
+// exampleLocker returns a Locker on an embedded Redis and a func that
+// closes both.
+func exampleLocker() (*guard.Locker, func()) {
+	client, stop := exampleClient()
+	locker, err := guard.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return locker, func() { locker.Close(); stop() }
+}
+
 // Three instances of a service schedule the same job for the same time,
 // each with a Locker on its scheduler. It runs on one of them; gocron
 // skips it on the others, and tells their AfterLockError listeners why.
@@ -82,27 +93,21 @@ func Example() {
 // and the tick, and it is canceled if the lease is lost. The job disables
 // the scheduler's Locker, if it has one: a Task guards itself.
 func ExampleTask() {
-	client, stop := exampleClient()
-	defer stop()
-	locker, err := guard.New(client)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
+	locker, stop := exampleLocker() //docs:hide
+	defer stop()                    //docs:hide
 	s, err := gocron.NewScheduler()
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer s.Shutdown()
 
-	done := make(chan struct{})
+	done := make(chan struct{}) //docs:hide
 	_, err = s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()),
 		gocronguard.Task(locker, "sync-invoices", func(ctx context.Context) error {
-			defer close(done)
-			token, ok := guard.TokenFrom(ctx, "sync-invoices")
-			fmt.Println("fencing token:", ok && token > 0)
-			_, ok = gocronguard.Tick(ctx)
-			fmt.Println("tick:", ok)
+			defer close(done) //docs:hide
+			token, _ := guard.TokenFrom(ctx, "sync-invoices")
+			_, ok := gocronguard.Tick(ctx)
+			fmt.Println("fencing token:", token > 0, "tick:", ok)
 			return nil // a real job passes ctx and the token on, and stops when ctx is done
 		}),
 		gocron.WithName("sync-invoices"),
@@ -111,10 +116,8 @@ func ExampleTask() {
 		log.Fatal(err)
 	}
 	s.Start()
-	<-done
-	// Output:
-	// fencing token: true
-	// tick: true
+	<-done //docs:hide
+	// Output: fencing token: true tick: true
 }
 
 // A DurationJob starts at a different moment on each instance, so its runs

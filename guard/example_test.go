@@ -23,18 +23,16 @@ func exampleClient() (*redis.Client, func()) {
 }
 
 func Example() {
-	client, stop := exampleClient()
-	defer stop()
-	locker, err := guard.New(client)
+	client, stop := exampleClient()  //docs:hide
+	defer stop()                     //docs:hide
+	locker, err := guard.New(client) // a go-redis client: standalone, Sentinel or Cluster
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer locker.Close()
 
 	err = locker.WithLock(context.Background(), "nightly-report", func(ctx context.Context) error {
-		// ctx is canceled before the lease could expire if it cannot be
-		// renewed: check it between steps. Hand the fencing token to the
-		// store you write to, so it can refuse a stale writer.
+		// ctx ends before the lease could; the token is for the store you write to.
 		token, ok := guard.TokenFrom(ctx, "nightly-report")
 		fmt.Println("running with a fencing token:", ok && token > 0)
 		return nil

@@ -1,6 +1,7 @@
 package httpguard_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log"
@@ -65,4 +66,53 @@ func Example() {
 	// 422 {"type":"https://pkg.go.dev/github.com/jobguard/jobguard/httpguard#TypeKeyReused","title":"Idempotency-Key reused","status":422,"detail":"The Idempotency-Key was already used with a different request payload."} (Location "", replayed "")
 	// 201 order 2: 1 newspaper (Location "/orders/2", replayed "")
 	// orders created: 2
+}
+
+// accountKey is where the example's authentication leaves the account.
+type accountKey struct{}
+
+// exampleLocker returns a Locker on an embedded Redis and a func that
+// closes both.
+func exampleLocker() (*guard.Locker, func()) {
+	m, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	locker, err := guard.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return locker, func() { locker.Close(); client.Close(); m.Close() }
+}
+
+// The middleware around one route: a request and its retry with the same
+// Idempotency-Key create one order, and the retry gets the stored response.
+func ExampleMiddleware() {
+	locker, stop := exampleLocker() //docs:hide
+	defer stop()                    //docs:hide
+
+	orders := 0
+	createOrder := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		orders++
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "order %d", orders)
+	})
+	// accountOf: who sent it, as your authentication found; never what the client says.
+	accountOf := func(r *http.Request) string { return r.Context().Value(accountKey{}).(string) }
+	idem := httpguard.Middleware(locker, httpguard.Principal(accountOf))
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", idem(createOrder)) // keys are scoped by the route pattern
+
+	for range 2 { // a request, and its retry
+		r := httptest.NewRequest("POST", "/orders", strings.NewReader(`{"book":1}`))
+		r.Header.Set("Idempotency-Key", "4f6c1e")
+		r = r.WithContext(context.WithValue(r.Context(), accountKey{}, "acme")) //docs:hide
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		fmt.Println(w.Code, w.Body.String(), "replayed:", w.Header().Get("Idempotent-Replayed") == "true")
+	}
+	// Output:
+	// 201 order 1 replayed: false
+	// 201 order 1 replayed: true
 }
