@@ -14,7 +14,7 @@ import (
 )
 
 // BenchmarkTopologyAcquireRelease is one uncontended Acquire and Release of
-// a free key on each topology of the README's "Choosing a topology": a
+// a free key on each topology of docs/topologies.md: a
 // Sentinel set (a master and one replica) without and with
 // WithReplicaAck(1, 1s), and a Cluster of three masters. Each sub-benchmark
 // interleaves, op by op, the same operation on New over one standalone
