@@ -9,6 +9,7 @@ import (
 
 	"github.com/jobguard/jobguard/guard/internal/store"
 	"github.com/jobguard/jobguard/guard/observe"
+	"github.com/jobguard/jobguard/internal/throttle"
 )
 
 // acquire re-enters the hold on key that ctx carries, or takes the key
@@ -78,9 +79,12 @@ func (l *Locker) checkAcquire(ctx context.Context, key string) error {
 func (l *Locker) reenter(ctx context.Context, h *hold, write bool, permits int) (*Lease, error) {
 	h.mu.Lock()
 	if h.over.Load() || h.final {
+		over := h.over.Load()
 		h.mu.Unlock()
-		if cause := h.lossCause(); cause != nil {
-			return nil, fmt.Errorf("guard: re-enter %q: %w", h.key, cause)
+		if over {
+			if cause := h.endCause(); errors.Is(cause, ErrLeaseLost) {
+				return nil, cause // it names the key
+			}
 		}
 		return nil, nil
 	}
@@ -254,16 +258,22 @@ func (a *acquisition) attempt(ctx context.Context) (store.AcquireReply, error) {
 	return rep, err
 }
 
-// budgetSpent returns ErrNotAcquired once the Wait budget is spent.
+// budgetSpent returns ErrNotAcquired once the Wait budget is spent. It
+// logs the busy key unless the caller (an adapter) logs it itself.
 func (a *acquisition) budgetSpent() error {
 	if !a.lc.waitSet || a.l.clock.Now().Before(a.deadline) {
 		return nil
 	}
+	quiet := throttle.LoggedByCaller(a.parent, a.key)
 	if a.lc.wait == 0 {
-		a.l.logBusy("guard: lock busy", a.key)
+		if !quiet {
+			a.l.logBusy("guard: lock busy", a.key)
+		}
 		return fmt.Errorf("%w: %q: %w: %w", ErrNotAcquired, a.key, errBusy, a.held)
 	}
-	a.l.logBusy("guard: lock busy after waiting", a.key, "wait", a.lc.wait)
+	if !quiet {
+		a.l.logBusy("guard: lock busy after waiting", a.key, "wait", a.lc.wait)
+	}
 	return fmt.Errorf("%w: %q: %w after %v: %w", ErrNotAcquired, a.key, errTimeout, a.lc.wait, a.held)
 }
 

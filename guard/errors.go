@@ -3,6 +3,7 @@ package guard
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jobguard/jobguard/guard/internal/store"
@@ -93,6 +94,28 @@ func HeldFor(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// errTaken marks a loss to another owner, which a later release need not
+// repeat.
+var errTaken = errors.New("guard: held by another owner")
+
+// errGone marks a loss to expiry or a forced release, which a later
+// release need not repeat.
+var errGone = errors.New("guard: expired or force-released")
+
+// chain is an error that matches each of errs and says its message once,
+// where wrapping one sentinel in another would repeat their prefixes.
+type chain struct {
+	msg  string
+	errs []error
+}
+
+func (c *chain) Error() string   { return c.msg }
+func (c *chain) Unwrap() []error { return c.errs }
+
+// detail returns err's message without the package's "guard: " prefix, to
+// follow another message that has it.
+func detail(err error) string { return strings.TrimPrefix(err.Error(), "guard: ") }
 
 // redisError names the lock key, as the caller passed it, in the error
 // of a request about it: once, at the call's edge.

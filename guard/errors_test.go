@@ -78,3 +78,103 @@ func TestWrongTypeQueueNamesTheKey(t *testing.T) {
 		t.Errorf("the error shows Redis's script location: %v", err)
 	}
 }
+
+// A lost lease is said once, with the lock's name once, whichever call
+// reports it: the job's WithLock (above), the Lease's Release, a re-entry
+// after the loss.
+func TestLossIsSaidOnceByEveryCall(t *testing.T) {
+	srv := redistest.Start(t)
+	l := newLocker(t, srv.Addr(), guard.WithTTL(900*time.Millisecond))
+	admin := srv.Client(t)
+	lose := func(key string) *guard.Lease {
+		le := mustAcquire(t, t.Context(), l, key)
+		if err := admin.Del(t.Context(), "guard:{"+key+"}").Err(); err != nil {
+			t.Fatal(err)
+		}
+		<-le.Context().Done()
+		return le
+	}
+	once := func(call string, err error, key string) {
+		t.Helper()
+		if err == nil {
+			t.Fatalf("%s after the loss: nil error", call)
+		}
+		msg := err.Error()
+		if strings.Count(msg, `"`+key+`"`) != 1 || strings.Count(msg, "lease lost") != 1 || strings.Count(msg, "expired") > 1 {
+			t.Errorf("%s: %q: want the lock's name once and the loss once", call, msg)
+		}
+	}
+
+	le := lose("released")
+	err := le.Release(t.Context())
+	if !errors.Is(err, guard.ErrNotHeld) || !errors.Is(err, guard.ErrLeaseLost) {
+		t.Errorf("Release after the loss: %v, want ErrNotHeld and ErrLeaseLost", err)
+	}
+	once("Release", err, "released")
+
+	le = lose("reentered")
+	_, err = l.Acquire(le.Context(), "reentered")
+	if !errors.Is(err, guard.ErrLeaseLost) {
+		t.Errorf("re-entry after the loss: %v, want ErrLeaseLost", err)
+	}
+	once("re-entry", err, "reentered")
+}
+
+// Every request about a lock key, a claim or a queue that holds another
+// Redis type is ErrWrongType naming that key and its type, never Redis's
+// message about a script's line.
+func TestWrongTypeNamesTheKeyEverywhere(t *testing.T) {
+	srv := redistest.Start(t)
+	l := newLocker(t, srv.Addr(), guard.WithTTL(time.Second))
+	admin := srv.Client(t)
+	check := func(call string, err error, key, kind string) {
+		t.Helper()
+		if !errors.Is(err, guard.ErrWrongType) {
+			t.Fatalf("%s: %v, want ErrWrongType", call, err)
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, key+" holds a"+kind) || strings.Contains(msg, "@user_function") || strings.Contains(msg, "Operation against") {
+			t.Errorf("%s: %q: want %q named with its type, and no script location", call, msg, key)
+		}
+		if n := strings.Count(msg, "another Redis type"); n > 1 {
+			t.Errorf("%s: %q says the wrong type %d times", call, msg, n)
+		}
+	}
+
+	// Release and re-entry of a hold whose key became a string.
+	le := mustAcquire(t, t.Context(), l, "swapped")
+	if err := admin.Set(t.Context(), "guard:{swapped}", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.Acquire(le.Context(), "swapped")
+	check("re-entry", err, "guard:{swapped}", " string")
+	<-le.Context().Done() // the next renewal finds a string: lost
+	check("the lost lease's cause", context.Cause(le.Context()), "guard:{swapped}", " string")
+
+	// Claims.
+	if err := admin.RPush(t.Context(), "guard:{tick}:claim", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Claim(t.Context(), "tick", []byte("me"), time.Minute)
+	check("Claim", err, "guard:{tick}:claim", " list")
+	_, _, err = l.Claimed(t.Context(), "tick")
+	check("Claimed", err, "guard:{tick}:claim", "nother type")
+}
+
+// A quorum that a majority answers "wrong type" says so once.
+func TestQuorumWrongTypeSaidOnce(t *testing.T) {
+	servers, addrs := startQuorum(t, 3)
+	l := newQuorumLocker(t, addrs, nil, guard.WithTTL(time.Second))
+	for _, s := range servers {
+		if err := s.Client(t).Set(t.Context(), "guard:{q}", "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := l.Acquire(t.Context(), "q", guard.Wait(0))
+	if !errors.Is(err, guard.ErrWrongType) {
+		t.Fatalf("Acquire: %v, want ErrWrongType", err)
+	}
+	if n := strings.Count(err.Error(), "another Redis type"); n != 1 || !strings.Contains(err.Error(), "guard:{q} holds a string, not a lock") {
+		t.Errorf("%q: want the wrong type said once, naming the key", err)
+	}
+}

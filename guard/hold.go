@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,10 +128,23 @@ func (h *hold) lose(cause error) {
 func (h *hold) reportLost(cause error) {
 	l := h.l
 	if !errors.Is(cause, ErrClosed) {
-		l.log.Error("guard: lease lost", "key", h.key, "token", h.token, "cause", cause)
+		why := strings.TrimPrefix(cause.Error(), ErrLeaseLost.Error()+": ")
+		l.log.Error("guard: lease lost", "key", h.key, "token", h.token, "why", why)
 	}
 	l.obs.Event(h.obsCtx, observe.LeaseLost, observe.Info{Key: h.key, Name: h.name, Token: h.token, Err: cause})
 	l.obs.Event(h.obsCtx, observe.Held, observe.Info{Key: h.key, Name: h.name, Token: h.token, Delta: -1, Result: "lost", Duration: l.clock.Now().Sub(h.start)})
+}
+
+// endCause returns why an ended hold (over set) ended. The call that set
+// over publishes the cause next, without blocking, so a caller that saw
+// over first yields until it is there.
+func (h *hold) endCause() error {
+	for {
+		if c := h.cause.Load(); c != nil {
+			return *c
+		}
+		runtime.Gosched()
+	}
 }
 
 // lossCause returns why the hold was lost, or nil while it is held or when
@@ -144,9 +159,9 @@ func (h *hold) lossCause() error {
 
 func lostCause(key string, res store.Outcome) error {
 	if res == store.Taken {
-		return fmt.Errorf("%w: %q is held by another owner", ErrLeaseLost, key)
+		return &chain{msg: fmt.Sprintf("%v: %q is held by another owner", ErrLeaseLost, key), errs: []error{ErrLeaseLost, errTaken}}
 	}
-	return fmt.Errorf("%w: %q expired or was force-released", ErrLeaseLost, key)
+	return &chain{msg: fmt.Sprintf("%v: %q expired or was force-released", ErrLeaseLost, key), errs: []error{ErrLeaseLost, errGone}}
 }
 
 // The heartbeat's view of a hold; called with the heartbeat's mutex held.
@@ -187,7 +202,7 @@ func (h *hold) settle(r store.RenewReply, sent, now time.Time) (lost error) {
 	switch {
 	case errors.Is(r.Err, ErrWrongType):
 		// Not a fault that a retry outlives: the key is not a lock now.
-		return fmt.Errorf("%w: %w", ErrLeaseLost, r.Err)
+		return &chain{msg: ErrLeaseLost.Error() + ": " + detail(r.Err), errs: []error{ErrLeaseLost, r.Err}}
 	case r.Err != nil:
 		h.nextRenew, h.retrying = now.Add(h.timing.retryEvery()), true
 		return nil

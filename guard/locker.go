@@ -313,7 +313,7 @@ type closingCause struct{ h *hold }
 
 func (c closingCause) Error() string {
 	if lost := c.h.lossCause(); lost != nil {
-		return "guard: locker closed, then " + lost.Error()
+		return "guard: locker closed, then " + detail(lost)
 	}
 	return "guard: locker closed: shutting down; release the lease"
 }
@@ -350,13 +350,17 @@ func (l *Locker) abandon() {
 	l.mu.Lock()
 	holds := l.heldLocked()
 	l.mu.Unlock()
-	cause := fmt.Errorf("%w: %w: the lease was still held at the close timeout %v; no longer renewed, it expires in Redis",
-		ErrLeaseLost, ErrClosed, l.cfg.closeTimeout)
+	abandoned := func(h *hold) error {
+		return &chain{
+			msg:  fmt.Sprintf("%v: %q was still held when Close timed out after %v; no longer renewed, it expires in Redis", ErrLeaseLost, h.key, l.cfg.closeTimeout),
+			errs: []error{ErrLeaseLost, ErrClosed},
+		}
+	}
 	// Cancel every one before reporting any, so no job waits on a log handler.
-	ended := slices.DeleteFunc(holds, func(h *hold) bool { return !h.end(cause) })
+	ended := slices.DeleteFunc(holds, func(h *hold) bool { return !h.end(abandoned(h)) })
 	for _, h := range ended {
 		l.log.Error("guard: lease still held when Close timed out; left to expire", "key", h.key, "token", h.token)
-		h.reportLost(cause)
+		h.reportLost(h.lossCause())
 	}
 }
 

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -57,19 +58,21 @@ func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 // server (s is that update; nil for another lease), so the next owner need
 // not wait for the TTL.
 func (l *Locker) releaseEnded(ctx context.Context, h *hold, s *countSync) error {
+	cause := h.endCause()
 	var state string
 	if s != nil {
 		switch err := s.await(ctx, h); {
 		case err != nil, s.err != nil:
 		case s.res == store.Applied:
-			state = "; it was still held and is now released"
-		case s.res == store.Taken:
+			state = "; it was still held on the server, and is now released"
+		case s.res == store.Taken && !errors.Is(cause, errTaken):
 			state = "; the key is now held by another owner"
-		default:
+		case s.res == store.Expired && !errors.Is(cause, errGone):
 			state = "; the key expired"
 		}
 	}
-	return fmt.Errorf("%w: lease on %q: %w%s", ErrNotHeld, h.key, context.Cause(h.ctx), state)
+	// The cause names the key (lostCause, overdue, Close's): said once.
+	return &chain{msg: ErrNotHeld.Error() + ": " + detail(cause) + state, errs: []error{ErrNotHeld, cause}}
 }
 
 // Count updates retry transport errors, backing off from releaseBackoff to

@@ -7,6 +7,7 @@ package throttle
 
 import (
 	"container/list"
+	"context"
 	"sync"
 	"time"
 )
@@ -65,4 +66,23 @@ func (t *Throttle) Allow(key string, now time.Time) (ok bool, suppressed int) {
 	}
 	t.byKey[key] = t.order.PushFront(&entry{key: key, last: now})
 	return true, 0
+}
+
+// callerLogsKey is the context key CallerLogs sets.
+type callerLogsKey struct{}
+
+// CallerLogs returns ctx marked so that guard does not log a busy answer
+// for key: the adapter that acquires key under ctx logs what it does about
+// a busy key itself (a skipped tick, a task retried later), through a
+// Throttle of its own, and one line per event is enough. Only key is
+// marked: a job's own acquisitions of other keys under the context are
+// logged as usual.
+func CallerLogs(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, callerLogsKey{}, key)
+}
+
+// LoggedByCaller reports whether CallerLogs marked ctx for key.
+func LoggedByCaller(ctx context.Context, key string) bool {
+	k, ok := ctx.Value(callerLogsKey{}).(string)
+	return ok && k == key
 }

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -9,6 +10,16 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestCallerLogsMarksOneKey(t *testing.T) {
+	ctx := CallerLogs(context.Background(), "job")
+	if !LoggedByCaller(ctx, "job") {
+		t.Error("the marked key is not marked")
+	}
+	if LoggedByCaller(ctx, "other") || LoggedByCaller(context.Background(), "job") {
+		t.Error("a key that was not marked is")
+	}
+}
 
 func TestAllow(t *testing.T) {
 	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)

@@ -272,7 +272,9 @@ func (t *tally) err(op string, quorum, masters int) error {
 func noQuorum(what string, quorum, masters int, errs []error) error {
 	var msgs []string
 	for _, err := range errs {
-		msgs = append(msgs, err.Error())
+		// The sentinel, if any, is said once, below.
+		msg := strings.TrimPrefix(err.Error(), store.ErrWrongType.Error()+": ")
+		msgs = append(msgs, strings.TrimPrefix(msg, store.ErrNotReplicated.Error()+": "))
 	}
 	slices.Sort(msgs)
 	msgs = slices.Compact(msgs)

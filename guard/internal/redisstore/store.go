@@ -195,6 +195,10 @@ func classify(err error) error {
 	// request an allocation, even one without an error.
 	_, reply := errors.AsType[redis.Error](err)
 	switch {
+	case reply && strings.HasPrefix(err.Error(), "WRONGTYPE Operation against"):
+		// Redis's own message names a script's line, not the key: the
+		// caller names the key it asked about.
+		return store.ErrWrongType
 	case reply && strings.HasPrefix(err.Error(), "WRONGTYPE"):
 		return fmt.Errorf("%w: %s", store.ErrWrongType, strings.TrimPrefix(err.Error(), "WRONGTYPE "))
 	case reply:
@@ -238,19 +242,31 @@ func (s *Store) Refresh(ctx context.Context) {
 
 func (s *Store) Withdraw(ctx context.Context, k store.Keys, a store.AcquireArgs) (bool, error) {
 	n, err := s.client.ZRem(ctx, k.Waiters, s.registration(a)).Result()
-	err = s.classify(err)
-	if errors.Is(err, store.ErrWrongType) {
-		err = fmt.Errorf("%w: %s holds another type, not a queue of waiters", store.ErrWrongType, k.Waiters)
-	}
-	return n == 1, err
+	return n == 1, wrongTypeOf(k.Waiters, "a queue of waiters", s.classify(err))
 }
 
 // Close releases nothing: the client belongs to the caller of New.
 func (s *Store) Close() error { return nil }
 
+// Claim stores value with SET NX. SET NX cannot tell a claim from a key
+// of another type, which it leaves alone as well: the TYPE in the same
+// request does, so that a key nobody can claim is an error, not a claim
+// that someone else holds forever.
 func (s *Store) Claim(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
-	stored, err := s.client.SetNX(ctx, key, value, ttl).Result()
-	return stored, s.classify(err)
+	var set *redis.BoolCmd
+	var kind *redis.StatusCmd
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		set = p.SetNX(ctx, key, value, ttl)
+		kind = p.Type(ctx, key)
+		return nil
+	})
+	if err != nil {
+		return false, s.classify(err)
+	}
+	if !set.Val() && kind.Val() != "string" && kind.Val() != "none" {
+		return false, fmt.Errorf("%w: %s holds a %s, not a claim", store.ErrWrongType, key, kind.Val())
+	}
+	return set.Val(), nil
 }
 
 func (s *Store) Claimed(ctx context.Context, key string) ([]byte, bool, error) {
@@ -258,7 +274,16 @@ func (s *Store) Claimed(ctx context.Context, key string) ([]byte, bool, error) {
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}
-	return value, err == nil, s.classify(err)
+	return value, err == nil, wrongTypeOf(key, "a claim", s.classify(err))
+}
+
+// wrongTypeOf names key, which should hold what, in an ErrWrongType from a
+// command that does not name it.
+func wrongTypeOf(key, what string, err error) error {
+	if errors.Is(err, store.ErrWrongType) {
+		return fmt.Errorf("%w: %s holds another type, not %s", store.ErrWrongType, key, what)
+	}
+	return err
 }
 
 // hashSlot returns the Cluster hash slot of key: CRC16 (XMODEM) of its hash

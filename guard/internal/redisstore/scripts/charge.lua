@@ -6,9 +6,7 @@
 -- spent then). A window starts with the first spend after the last one
 -- ended.
 local got = redis.pcall('GET', KEYS[1])
-if type(got) == 'table' and got.err then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is not a budget (' .. got.err .. ')')
-end
+if failed(got) then return wrong_type(KEYS[1], 'a budget') end
 local spent = got and tonumber(got)
 if got and not spent then
   return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is not a budget (holds ' .. string.sub(got, 1, 32) .. ')')

@@ -73,14 +73,24 @@ local function drop_owner(key, o)
   redis.call('HDEL', key, o, o .. ':r', o .. ':x', o .. ':t', o .. ':m', o .. ':i')
 end
 
+-- wrong_type is the error reply for a key that holds another Redis type
+-- than the one guard keeps there (what): it names the key and its type,
+-- where Redis's own message names the script's line.
+local function wrong_type(key, what)
+  return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. redis.call('TYPE', key)['ok'] .. ', not ' .. what)
+end
+
+-- failed reports whether a redis.pcall reply is an error.
+local function failed(reply)
+  return type(reply) == 'table' and reply.err ~= nil
+end
+
 -- queue_size returns the number of registrations in queue (a lock's
 -- waiting acquisitions), or nil and an error reply that names the key when
 -- it holds another Redis type.
 local function queue_size(queue)
   local n = redis.pcall('ZCARD', queue)
-  if type(n) == 'table' and n.err then
-    return nil, redis.error_reply('WRONGTYPE ' .. queue .. ' holds a ' .. redis.call('TYPE', queue)['ok'] .. ', not a queue of waiters')
-  end
+  if failed(n) then return nil, wrong_type(queue, 'a queue of waiters') end
   return n
 end
 
@@ -157,9 +167,7 @@ end
 -- next token wrong.
 local function counter_of(counter)
   local last = redis.pcall('GET', counter)
-  if type(last) == 'table' and last.err then
-    return nil, redis.error_reply('WRONGTYPE ' .. counter .. ' is not a fencing counter (' .. last.err .. ')')
-  end
+  if failed(last) then return nil, wrong_type(counter, 'a fencing counter') end
   if not last then return false end
   local digits = string.match(last, '^0*(%d+)$')
   if not (digits and not greater(digits, '9007199254740991')) then

@@ -3,7 +3,8 @@
 -- ARGV[1] owner id, ARGV[2] TTL ms
 -- Returns 1 when renewed, 0 when the hold has expired or was released, -1 when another owner holds the key.
 local key, owner = KEYS[1], ARGV[1]
-local got = redis.call('HMGET', key, owner .. ':t', owner .. ':x', owner, owner .. ':r')
+local got = redis.pcall('HMGET', key, owner .. ':t', owner .. ':x', owner, owner .. ':r')
+if failed(got) then return wrong_type(key, 'a lock') end
 local token, x = got[1], got[2]
 if token and not x then
   -- The lone owner: its hold is the key's, alive since the key exists.

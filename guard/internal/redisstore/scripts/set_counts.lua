@@ -176,7 +176,8 @@ local function let_go(x, writer, keep)
   return 1
 end
 
-local got = redis.call('HMGET', key, owner .. ':t', owner .. ':x', 'writer', owner .. ':m')
+local got = redis.pcall('HMGET', key, owner .. ':t', owner .. ':x', 'writer', owner .. ':m')
+if failed(got) then return wrong_type(key, 'a lock') end
 local token, x, writer, keep = got[1], got[2], got[3], got[4]
 if not token or (x and tonumber(x) <= clock()) then return gone() end
 -- A permit holder writes without being the key's 'writer' (see prelude.lua).

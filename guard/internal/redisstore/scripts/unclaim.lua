@@ -3,7 +3,9 @@
 -- KEYS[1] claim, ARGV[1] the value the caller stored
 -- Returns 1 when it deleted the claim, 0 when the claim holds another
 -- value or none.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local got = redis.pcall('GET', KEYS[1])
+if failed(got) then return wrong_type(KEYS[1], 'a claim') end
+if got == ARGV[1] then
   redis.call('DEL', KEYS[1])
   return 1
 end

@@ -16,7 +16,7 @@
 -- It uses none of the prelude's helpers.
 local last = redis.pcall('GET', KEYS[1])
 if type(last) == 'table' and last.err then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is not a fencing counter (' .. last.err .. ')')
+  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a ' .. redis.call('TYPE', KEYS[1])['ok'] .. ', not a fencing counter')
 end
 local token = ARGV[1]
 local field = ARGV[5] .. ':t'
