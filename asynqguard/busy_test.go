@@ -70,6 +70,21 @@ func TestBusyDuplicatesLoggedOncePerKey(t *testing.T) {
 	}
 }
 
+// With one logger for the Locker and the middleware, as the docs wire
+// them, a busy key is one line: the middleware's, not guard's too.
+func TestBusyIsOneLineWithOneLogger(t *testing.T) {
+	srv := redistest.Start(t)
+	task := asynq.NewTask("email:welcome", []byte("shared"))
+	hold(t, srv, keyOf(task.Type(), task.Payload()))
+	log, buf := newLogger()
+	mw := asynqguard.Middleware(newLocker(t, srv, guard.WithLogger(log)), asynqguard.Logger(log))
+	var runs atomic.Int64
+	_ = mw(counting(&runs, nil)).ProcessTask(t.Context(), task)
+	if n := len(buf.lines("level=INFO")); n != 1 || len(buf.lines("level=INFO", "key busy; retry later")) != 1 {
+		t.Errorf("one busy attempt: %d lines at Info, want the middleware's one:\n%s", n, buf)
+	}
+}
+
 // Wiring the middleware around a nil handler fails at once.
 func TestNilHandlerPanics(t *testing.T) {
 	srv := redistest.Start(t)

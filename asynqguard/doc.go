@@ -58,7 +58,9 @@
 // Busy retries of one key are logged at Info once a minute, not at every
 // attempt (the line carries lock_key, held_for and "repeated", the attempts
 // not logged since); the middleware remembers the last 1024 busy keys for
-// this. Skip, Revoke and Archive log each task they drop, once.
+// this. The tasks Skip, Revoke and Archive drop, and those DoneTTL skips,
+// are logged the same way: at Info the first time for a key and then at
+// most once a minute, at Debug otherwise.
 //
 // An acquisition that fails for any other reason (Redis unreachable, the
 // Locker closed, the task's context done) is not a busy key: the error is

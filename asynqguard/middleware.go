@@ -125,13 +125,16 @@ func (m *middleware) process(ctx context.Context, t *asynq.Task, next asynq.Hand
 		opts = append(opts, guard.Wait(m.waitBefore(ctx)))
 	}
 	ran := false
-	err = m.l.WithLock(ctx, key, func(ctx context.Context) error {
+	err = m.l.WithLock(throttle.CallerLogs(ctx, key), key, func(ctx context.Context) error {
 		ran = true
 		return m.run(ctx, t, key, id, next, attrs)
 	}, opts...)
 	if ran {
-		if errors.Is(err, guard.ErrLeaseLost) {
+		switch {
+		case errors.Is(err, guard.ErrLeaseLost):
 			m.log(ctx, slog.LevelWarn, "asynqguard: lease lost while the handler ran; the task fails", attrs, "err", err)
+		case err == nil:
+			m.log(ctx, slog.LevelDebug, "asynqguard: ran", attrs)
 		}
 		return err
 	}
@@ -198,7 +201,7 @@ func (m *middleware) notRun(ctx context.Context, key string, err error, attrs []
 	case ctx.Err() != nil || !errors.Is(err, guard.ErrNotAcquired):
 		return err // Redis unreachable, Locker closed, task canceled: asynq retries
 	}
-	busy := fmt.Errorf("%w: %w", ErrBusy, err)
+	busy := &busyError{err}
 	switch m.cfg.policy {
 	case policySkip:
 		m.logRepeated(ctx, key, "asynqguard: skipped duplicate: key busy", attrs)

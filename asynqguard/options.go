@@ -87,7 +87,8 @@ const defaultFenceTTL = 24 * time.Hour
 func Retry() Option { return func(c *config) { c.policy = policyRetry } }
 
 // Skip makes a task whose key is busy succeed without running: the
-// duplicate is dropped and logged at Info.
+// duplicate is dropped and logged (at Info once a minute per key, see
+// Logger).
 func Skip() Option { return func(c *config) { c.policy = policySkip } }
 
 // Revoke makes a task whose key is busy return an error matching ErrBusy
@@ -154,7 +155,8 @@ func WaitFor(d time.Duration) Option { return func(c *config) { c.wait = d } }
 // DoneTTL records, when the handler returns nil, that the task's key is
 // done, for d (guard.Locker.Claim, beside the lock). A task with that key
 // that runs while the record lives succeeds without running the handler and
-// is logged at Info: a duplicate enqueued after success is dropped.
+// is logged (at Info once a minute per key, see Logger): a duplicate
+// enqueued after success is dropped.
 // Default: off. Must be positive.
 func DoneTTL(d time.Duration) Option {
 	return func(c *config) { c.doneTTL, c.doneSet = d, true }
@@ -165,9 +167,12 @@ func DoneTTL(d time.Duration) Option {
 // Must be positive.
 func TTL(d time.Duration) Option { return func(c *config) { c.ttl, c.ttlSet = d, true } }
 
-// Logger sets the logger: contention (once a minute per busy key) and
-// skipped duplicates at Info, a lost lease at Warn (guard's own logger
-// reports the loss at Error).
+// Logger sets the logger. What a fleet's duplicates and retries repeat (a
+// busy key, a duplicate skipped, revoked, archived or already done) is
+// logged at Info the first time for a key and then at most once a minute,
+// with "repeated", the count not logged since, and at Debug otherwise; a
+// lost lease at Warn (guard's own logger reports the loss at Error).
+// Errors are returned to asynq, which logs them.
 // Default: a logger that discards everything.
 // Must not be nil.
 func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }

@@ -16,6 +16,13 @@ import (
 // errors.
 var ErrBusy = errors.New("asynqguard: key busy")
 
+// busyError is a task's busy error: guard's, which says the key, that it
+// is busy and for how long, matching ErrBusy too.
+type busyError struct{ err error }
+
+func (e *busyError) Error() string   { return e.err.Error() }
+func (e *busyError) Unwrap() []error { return []error{ErrBusy, e.err} }
+
 // The delay RetryDelay gives a busy task: the holder's remaining lease
 // time, at most busyWaitMax, plus a jitter in [busyDelayMin,
 // busyDelayMin+busyDelayJitter).

@@ -184,7 +184,7 @@ type outcome struct {
 func (g *guarded) runLocked(tick time.Time, label string) outcome {
 	var o outcome
 	ctx := context.WithValue(g.cfg.base, runKey{}, &runInfo{name: g.name, tick: tick})
-	o.err = g.l.WithLock(ctx, g.name, func(ctx context.Context) (err error) {
+	o.err = g.l.WithLock(throttle.CallerLogs(ctx, g.name), g.name, func(ctx context.Context) (err error) {
 		o.ran = true
 		defer func() {
 			if r := recover(); r != nil {
@@ -213,7 +213,7 @@ func (g *guarded) logOutcome(o outcome, kv []any) {
 	case o.panicked != nil:
 		c.log.Error("cronguard: panic", append(kv, "err", err, "stack", "...\n"+string(o.panicked.stack))...)
 	case errors.Is(err, guard.ErrLeaseLost):
-		c.log.Debug("cronguard: lease lost during the run", append(kv, "err", err)...)
+		c.log.Warn("cronguard: lease lost during the run", append(kv, "err", err)...)
 	case err != nil && base.Err() != nil && errors.Is(err, base.Err()):
 		c.log.Info("cronguard: job stopped", append(kv, "reason", "base context done")...)
 	case err != nil:

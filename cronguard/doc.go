@@ -12,7 +12,7 @@
 //
 // The tick of a run is the schedule activation it belongs to. The first
 // instance to claim the job's name and tick in Redis (guard.Locker.Claim,
-// SET NX) runs it; every other instance skips it, logged at Info. The claim
+// SET NX) runs it; every other instance skips it, logged at Debug. The claim
 // is never deleted: it expires after two periods of the schedule (at least
 // 2s), so a fast job does not run again on an instance whose tick comes a
 // little later. NoDedupe turns this off.
@@ -89,9 +89,9 @@
 // and when the BaseContext is canceled (shutdown): then the lease is kept
 // until the job returns. A panic in the job is recovered and logged at
 // Error with its stack, and the lease is released. Errors the job returns
-// and Redis errors are logged at Error; a lost lease is logged at Error by
-// the Locker and, naming the tick, at Info by the job; successful runs log
-// nothing. An acquisition that fails for any reason but a holder that
+// and Redis errors are logged at Error; a lost lease at Warn, naming the
+// job and its tick (the Locker's logger, if it has one, reports it at
+// Error); a run that succeeded at Debug. An acquisition that fails for any reason but a holder that
 // Redis reported (Redis unreachable, a timeout) is an error, never taken
 // for contention.
 package cronguard

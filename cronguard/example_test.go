@@ -47,8 +47,8 @@ func (p skipPrinter) Handle(_ context.Context, r slog.Record) error {
 // Three instances of a service schedule the same nightly job. When the day
 // comes, cron calls the job on each of them; it runs on the first.
 func Example() {
-	client, stop := exampleClient()
-	defer stop()
+	client, stop := exampleClient() //docs:hide
+	defer stop()                    //docs:hide
 
 	var jobs []cron.Job
 	for i := 1; i <= 3; i++ {
@@ -77,7 +77,7 @@ func Example() {
 // exampleLocker returns a Locker on an embedded Redis and a func that
 // closes both.
 func exampleLocker() (*guard.Locker, func()) {
-	client, stop := exampleClient()
+	client, stop := exampleClient() //docs:hide
 	locker, err := guard.New(client)
 	if err != nil {
 		log.Fatal(err)
@@ -119,8 +119,8 @@ func ExampleAdd() {
 // Func guards a job for cron's own AddJob; it needs the same spec as a
 // Spec, since a job cannot see its schedule. It panics on a wiring mistake.
 func ExampleFunc() {
-	client, stop := exampleClient()
-	defer stop()
+	client, stop := exampleClient() //docs:hide
+	defer stop()                    //docs:hide
 	locker, err := guard.New(client)
 	if err != nil {
 		log.Fatal(err)
@@ -142,8 +142,8 @@ func ExampleFunc() {
 // Wrapper guards a plain cron.Job in a cron.Chain. It recovers and logs
 // panics itself, so cron.Recover is not needed in front of it.
 func ExampleWrapper() {
-	client, stop := exampleClient()
-	defer stop()
+	client, stop := exampleClient() //docs:hide
+	defer stop()                    //docs:hide
 	locker, err := guard.New(client)
 	if err != nil {
 		log.Fatal(err)

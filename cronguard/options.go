@@ -290,8 +290,13 @@ func invalid(what string, cause error) error { return adapt.Invalid("cronguard",
 // CronLogger returns l as a cron.Logger, for cron.WithLogger: cron's own
 // messages (each schedule, wake-up and run) at Debug, its errors (a job's
 // panic that cron recovered) at Error, so that cron, cronguard and guard
-// log through one *slog.Logger in one format.
-func CronLogger(l *slog.Logger) cron.Logger { return cronLogger{l} }
+// log through one *slog.Logger in one format. A nil l discards them.
+func CronLogger(l *slog.Logger) cron.Logger {
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	return cronLogger{l}
+}
 
 type cronLogger struct{ l *slog.Logger }
 

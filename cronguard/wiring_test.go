@@ -150,3 +150,11 @@ func TestRedisDownIsAnError(t *testing.T) {
 		}
 	}
 }
+
+// CronLogger(nil) discards, as a nil Logger option would be refused: it
+// must not panic at cron's first log line.
+func TestCronLoggerNilDiscards(t *testing.T) {
+	l := cronguard.CronLogger(nil)
+	l.Info("schedule", "entry", 1)
+	l.Error(errors.New("boom"), "panic", "entry", 1)
+}

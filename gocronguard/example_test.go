@@ -30,7 +30,7 @@ func exampleClient() (*redis.Client, func()) {
 // exampleLocker returns a Locker on an embedded Redis and a func that
 // closes both.
 func exampleLocker() (*guard.Locker, func()) {
-	client, stop := exampleClient()
+	client, stop := exampleClient() //docs:hide
 	locker, err := guard.New(client)
 	if err != nil {
 		log.Fatal(err)
@@ -42,8 +42,8 @@ func exampleLocker() (*guard.Locker, func()) {
 // each with a Locker on its scheduler. It runs on one of them; gocron
 // skips it on the others, and tells their AfterLockError listeners why.
 func Example() {
-	client, stop := exampleClient()
-	defer stop()
+	client, stop := exampleClient() //docs:hide
+	defer stop()                    //docs:hide
 
 	// A whole second at least a second away: the job's time on every instance.
 	at := time.Now().Truncate(time.Second).Add(2 * time.Second)
@@ -101,10 +101,10 @@ func ExampleTask() {
 	}
 	defer s.Shutdown()
 
-	done := make(chan struct{}) //docs:hide
+	done := make(chan struct{})
 	_, err = s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()),
 		gocronguard.Task(locker, "sync-invoices", func(ctx context.Context) error {
-			defer close(done) //docs:hide
+			defer close(done)
 			token, _ := guard.TokenFrom(ctx, "sync-invoices")
 			_, ok := gocronguard.Tick(ctx)
 			fmt.Println("fencing token:", token > 0, "tick:", ok)
@@ -116,7 +116,7 @@ func ExampleTask() {
 		log.Fatal(err)
 	}
 	s.Start()
-	<-done //docs:hide
+	<-done // a service runs until shutdown instead
 	// Output: fencing token: true tick: true
 }
 
@@ -125,8 +125,8 @@ func ExampleTask() {
 // window, counted from the Unix epoch, is one run. The Locker is the job's
 // own here (gocron.WithDistributedJobLocker).
 func ExampleWindow() {
-	client, stop := exampleClient()
-	defer stop()
+	client, stop := exampleClient() //docs:hide
+	defer stop()                    //docs:hide
 	locker, err := guard.New(client)
 	if err != nil {
 		log.Fatal(err)
@@ -156,8 +156,8 @@ func ExampleWindow() {
 // would, the second while the first still runs the job, and the listener
 // as gocron does when Lock fails.
 func ExampleErrBusy() {
-	client, stop := exampleClient()
-	defer stop()
+	client, stop := exampleClient() //docs:hide
+	defer stop()                    //docs:hide
 	ctx := context.Background()
 	var instances []gocron.Locker
 	for range 2 {

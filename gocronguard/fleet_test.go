@@ -200,7 +200,7 @@ func TestTaskLongerThanTTLKeepsLease(t *testing.T) {
 	if len(rec.all("info", "gocronguard: skip", "still running")) == 0 {
 		t.Errorf("no run was skipped as busy while the first ran; log:\n%s", rec)
 	}
-	if lost := rec.all("debug", "gocronguard: lease lost during the run", ""); len(lost) > 0 {
+	if lost := rec.all("warn", "gocronguard: lease lost during the run", ""); len(lost) > 0 {
 		t.Errorf("lease lost: %v", lost)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/internal/throttle"
 )
 
 // Locker returns a gocron.Locker that runs each job on one instance of the
@@ -68,7 +69,7 @@ func (k *locker) Lock(ctx context.Context, name string) (gocron.Lock, error) {
 	if err != nil {
 		return nil, k.skip(ctx, key, err, name, tick)
 	}
-	lease, err := k.l.Acquire(ctx, key, k.cfg.lockOptions(name, label)...)
+	lease, err := k.l.Acquire(throttle.CallerLogs(ctx, key), key, k.cfg.lockOptions(name, label)...)
 	if err != nil {
 		return nil, k.skip(ctx, key, err, name, tick)
 	}
@@ -104,8 +105,8 @@ func (k *lock) Unlock(ctx context.Context) error {
 	kv := []any{"job", k.name, "tick", k.tick}
 	switch {
 	case lost != nil:
-		// guard's logger reports the loss at Error; this names the job, at Debug.
-		log.Debug("gocronguard: lease lost during the run", append(kv, "err", lost)...)
+		// guard's logger reports the loss at Error, if it has one; this names the job.
+		log.Warn("gocronguard: lease lost during the run", append(kv, "err", lost)...)
 		return lost
 	case err != nil:
 		log.Error("gocronguard: cannot release the lease", append(kv, "err", err)...)

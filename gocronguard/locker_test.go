@@ -215,7 +215,7 @@ func TestUnlockAfterLostLease(t *testing.T) {
 	if err := lock.Unlock(t.Context()); !errors.Is(err, guard.ErrLeaseLost) {
 		t.Errorf("Unlock = %v, want guard.ErrLeaseLost", err)
 	}
-	if n := len(rec.all("debug", "gocronguard: lease lost during the run", "")); n != 1 {
+	if n := len(rec.all("warn", "gocronguard: lease lost during the run", "")); n != 1 {
 		t.Errorf("want the loss logged once; log:\n%s", rec)
 	}
 }

@@ -135,9 +135,10 @@ func TTL(d time.Duration) Option {
 // ended, at Debug (that is the fleet working); a run skipped because the
 // job still runs at Info, the first time and then at most once a minute per
 // job, with the number of skips not logged ("repeated"), and at Debug
-// otherwise; a lease lost during a run at Debug, naming the job (the
-// guard.Locker's logger reports the loss at Error); Redis errors and a
-// failed release at Error. Runs that succeed log nothing. A *slog.Logger is
+// otherwise; a lease lost during a run at Warn, naming the job (the
+// guard.Locker's logger, if it has one, reports the loss at Error); Redis
+// errors and a failed release at Error; a run that ended at Debug. A
+// *slog.Logger is
 // also a gocron.Logger: pass the same one to gocron.WithLogger to see both
 // in one format. Default: a logger that discards everything. Must not be
 // nil.

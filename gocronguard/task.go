@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 	"github.com/jobguard/jobguard/guard"
+	"github.com/jobguard/jobguard/internal/throttle"
 )
 
 // Task returns a gocron.Task that runs fn on one instance of the fleet per
@@ -84,7 +85,8 @@ func (t *task) run(ctx context.Context) error {
 		return t.skip(ctx, err, kv)
 	}
 	ran := false
-	err = t.l.WithLock(context.WithValue(ctx, runKey{}, &runInfo{tick: tick}), t.name, func(ctx context.Context) error {
+	run := throttle.CallerLogs(context.WithValue(ctx, runKey{}, &runInfo{tick: tick}), t.name)
+	err = t.l.WithLock(run, t.name, func(ctx context.Context) error {
 		ran = true
 		return t.fn(ctx)
 	}, t.cfg.lockOptions(t.name, label)...)
@@ -92,8 +94,8 @@ func (t *task) run(ctx context.Context) error {
 	case !ran:
 		return t.skip(ctx, err, kv)
 	case errors.Is(err, guard.ErrLeaseLost):
-		// guard's logger reports the loss at Error; this names the job, at Debug.
-		t.cfg.log.Debug("gocronguard: lease lost during the run", append(kv, "err", err)...)
+		// guard's logger reports the loss at Error, if it has one; this names the job.
+		t.cfg.log.Warn("gocronguard: lease lost during the run", append(kv, "err", err)...)
 	case err == nil:
 		t.cfg.log.Debug("gocronguard: ran", kv...)
 	}

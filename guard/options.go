@@ -64,9 +64,12 @@ func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 // Default: none. Must not be nil.
 func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
 
-// WithLogger sets the logger. Success is logged at Debug, contention at Info,
-// a lost lease at Error, once. Default: a logger that discards everything.
-// Must not be nil.
+// WithLogger sets the logger. Success is logged at Debug; a busy key at
+// Info the first time and then at most once a minute per key (with
+// "repeated", the count not logged since), at Debug otherwise, and not at
+// all for an adapter's acquisition, which logs it itself; a failed renewal
+// or release at Warn; a lost lease at Error. Default: a logger that
+// discards everything. Must not be nil.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithReplicaAck makes every acquisition and renewal wait (Redis WAIT) until

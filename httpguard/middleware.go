@@ -139,7 +139,7 @@ func (h *handler) serve(q *request) {
 	defer cancelBase(nil)
 	unlink := context.AfterFunc(ctx, func() { cancelBase(context.Cause(ctx)) })
 	ran, stored := false, false
-	err = h.l.WithLock(base, q.lookup, func(lease context.Context) error {
+	err = h.l.WithLock(throttle.CallerLogs(base, q.lookup), q.lookup, func(lease context.Context) error {
 		if !unlink() { // the client left while we acquired
 			return context.Cause(ctx)
 		}

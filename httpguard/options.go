@@ -193,8 +193,10 @@ func TTL(d time.Duration) Option { return func(c *config) { c.ttl, c.ttlSet = d,
 // 1s; it is rounded up to whole seconds.
 func MaxRetryAfter(d time.Duration) Option { return func(c *config) { c.maxRetryAfter = d } }
 
-// Logger sets the logger: a completed, stored or replayed request at Debug,
-// a request refused because its key is in flight at Info, a response not
+// Logger sets the logger: a completed, stored or replayed request at Debug;
+// a request refused because its key is in flight, or because its
+// principal's quota is spent, at Info the first time for that key (or
+// principal) and then at most once a minute, at Debug otherwise; a response not
 // stored because the lease was lost at Warn (guard logs the loss itself),
 // and a failure of Redis (answered with 503) at Error. Default: a logger
 // that discards everything. Must not be nil.
