@@ -14,8 +14,8 @@ import (
 // hold has begun, an older holder (one whose lease ran out while it was
 // paused, say) can no longer store over it.
 func ExampleLocker_ClaimFenced() {
-	client, stop := exampleClient()
-	defer stop()
+	client, stop := exampleClient() //docs:hide
+	defer stop()                    //docs:hide
 	locker, _ := guard.New(client)
 	defer locker.Close()
 

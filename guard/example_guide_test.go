@@ -106,22 +106,32 @@ func ExampleLocker_WithLock_permits() {
 // phasePrinter is an Observer that prints the phases of each lock operation.
 type phasePrinter struct{}
 
-func (phasePrinter) Begin(ctx context.Context, p observe.Phase, info observe.Info) context.Context {
-	fmt.Println("begin", phaseName[p], info.Name)
+func (pp phasePrinter) Begin(ctx context.Context, p observe.Phase, info observe.Info) context.Context {
+	fmt.Println("begin", pp.name(p), info.Name)
 	return ctx
 }
 
-func (phasePrinter) End(_ context.Context, p observe.Phase, info observe.Info) {
+func (pp phasePrinter) End(_ context.Context, p observe.Phase, info observe.Info) {
 	if info.Result == "" {
-		fmt.Println("end", phaseName[p], info.Name)
+		fmt.Println("end", pp.name(p), info.Name)
 		return
 	}
-	fmt.Println("end", phaseName[p], info.Name, info.Result)
+	fmt.Println("end", pp.name(p), info.Name, info.Result)
 }
 
 func (phasePrinter) Event(context.Context, observe.Event, observe.Info) {}
 
-var phaseName = map[observe.Phase]string{observe.Run: "run", observe.Acquire: "acquire", observe.Release: "release"}
+// name is how the printer calls phase p.
+func (phasePrinter) name(p observe.Phase) string {
+	switch p {
+	case observe.Run:
+		return "run"
+	case observe.Acquire:
+		return "acquire"
+	default:
+		return "release"
+	}
+}
 
 // An Observer of your own feeds another system: it sees every phase of a
 // lock operation (and point events: round trips, renewals, losses).

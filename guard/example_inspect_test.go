@@ -12,8 +12,8 @@ import (
 // Inspect tells an operator who holds a key, in what mode, with which
 // fencing token, and who waits for it.
 func ExampleLocker_Inspect() {
-	client, stop := exampleClient()
-	defer stop()
+	client, stop := exampleClient() //docs:hide
+	defer stop()                    //docs:hide
 	worker, _ := guard.New(client, guard.WithIdentity("worker-1/4242"))
 	defer worker.Close()
 	ops, _ := guard.New(client)
@@ -43,8 +43,8 @@ func ExampleLocker_Inspect() {
 
 // Scan walks every lock under the prefix, a page of SCAN at a time.
 func ExampleLocker_Scan() {
-	client, stop := exampleClient()
-	defer stop()
+	client, stop := exampleClient() //docs:hide
+	defer stop()                    //docs:hide
 	l, _ := guard.New(client, guard.WithIdentity("scanner"))
 	defer l.Close()
 
@@ -68,8 +68,8 @@ func ExampleLocker_Scan() {
 // ForceRelease ends a hold whose job is stuck; the holder's lease context is
 // canceled at its next renewal, and the next token is still higher.
 func ExampleLocker_ForceRelease() {
-	client, stop := exampleClient()
-	defer stop()
+	client, stop := exampleClient() //docs:hide
+	defer stop()                    //docs:hide
 	worker, _ := guard.New(client, guard.WithIdentity("stuck-worker"), guard.WithTTL(300*time.Millisecond))
 	defer worker.Close()
 	ops, _ := guard.New(client)

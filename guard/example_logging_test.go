@@ -37,6 +37,7 @@ func ExampleWithLogger() {
 	defer stop()                    //docs:hide
 	defer logging.Enable()          //docs:hide
 
+	// (The output below leaves out time=.)
 	logger := slog.New(slog.NewTextHandler(os.Stdout, nil))
 	logger = slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{ReplaceAttr: withoutTime})) //docs:hide
 	redis.SetLogger(redisLogger{logger})

@@ -1,7 +1,6 @@
 package httpguard_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log"
@@ -68,9 +67,6 @@ func Example() {
 	// orders created: 2
 }
 
-// accountKey is where the example's authentication leaves the account.
-type accountKey struct{}
-
 // exampleLocker returns a Locker on an embedded Redis and a func that
 // closes both.
 func exampleLocker() (*guard.Locker, func()) {
@@ -98,8 +94,9 @@ func ExampleMiddleware() {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, "order %d", orders)
 	})
-	// accountOf: who sent it, as your authentication found; never what the client says.
-	accountOf := func(r *http.Request) string { return r.Context().Value(accountKey{}).(string) }
+	// accountOf names who sent it: here the Basic-auth user that the
+	// authentication in front of this handler checked; never an unchecked value.
+	accountOf := func(r *http.Request) string { user, _, _ := r.BasicAuth(); return user }
 	idem := httpguard.Middleware(locker, httpguard.Principal(accountOf))
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders", idem(createOrder)) // keys are scoped by the route pattern
@@ -107,7 +104,7 @@ func ExampleMiddleware() {
 	for range 2 { // a request, and its retry
 		r := httptest.NewRequest("POST", "/orders", strings.NewReader(`{"book":1}`))
 		r.Header.Set("Idempotency-Key", "4f6c1e")
-		r = r.WithContext(context.WithValue(r.Context(), accountKey{}, "acme")) //docs:hide
+		r.SetBasicAuth("acme", "s3cret")
 		w := httptest.NewRecorder()
 		mux.ServeHTTP(w, r)
 		fmt.Println(w.Code, w.Body.String(), "replayed:", w.Header().Get("Idempotent-Replayed") == "true")

@@ -21,3 +21,12 @@ type greeter struct{}
 func (greeter) Hello() string { return "hello" }
 
 func (*greeter) Bye() string { return "bye" }
+
+func ExampleTildes() {
+	fmt.Print(`a
+~~~
+`)
+	// Output:
+	// a
+	// ~~~
+}
