@@ -46,8 +46,8 @@ func Example() {
 // A job that should run on one instance of the fleet and be skipped
 // elsewhere tries once: Wait(0).
 func ExampleWait() {
-	client, stop := exampleClient()
-	defer stop()
+	client, stop := exampleClient() //docs:hide
+	defer stop()                    //docs:hide
 	a, _ := guard.New(client)
 	defer a.Close()
 	b, _ := guard.New(client)
@@ -67,8 +67,8 @@ func ExampleWait() {
 // A context that holds a key re-enters it: the inner call does not wait for
 // itself and sees the same fencing token.
 func ExampleLocker_WithLock_reentrant() {
-	client, stop := exampleClient()
-	defer stop()
+	client, stop := exampleClient() //docs:hide
+	defer stop()                    //docs:hide
 	locker, _ := guard.New(client)
 	defer locker.Close()
 
@@ -86,8 +86,8 @@ func ExampleLocker_WithLock_reentrant() {
 
 // Readers share a key; a read holder asking to write gets ErrUpgrade at once.
 func ExampleLocker_AcquireRead() {
-	client, stop := exampleClient()
-	defer stop()
+	client, stop := exampleClient() //docs:hide
+	defer stop()                    //docs:hide
 	a, _ := guard.New(client)
 	defer a.Close()
 	b, _ := guard.New(client)
@@ -108,8 +108,8 @@ func ExampleLocker_AcquireRead() {
 
 // Lease.Context ends when the lease is released or lost; its cause says which.
 func ExampleLease_Context() {
-	client, stop := exampleClient()
-	defer stop()
+	client, stop := exampleClient() //docs:hide
+	defer stop()                    //docs:hide
 	locker, _ := guard.New(client)
 	defer locker.Close()
 
@@ -128,8 +128,8 @@ func ExampleLease_Context() {
 // instances of the fleet call it at once, and a third waits until one of
 // them is done.
 func ExamplePermits() {
-	client, stop := exampleClient()
-	defer stop()
+	client, stop := exampleClient() //docs:hide
+	defer stop()                    //docs:hide
 	var fleet [3]*guard.Locker
 	for i := range fleet {
 		fleet[i], _ = guard.New(client)
