@@ -226,6 +226,11 @@ func TestGrantLeavesUnreadableCounterAsItWas(t *testing.T) {
 	if err := c.ZAdd(t.Context(), "guard:{gr}:waiters", ghost).Err(); err != nil {
 		t.Fatal(err)
 	}
+	// And, as acquire.lua does when it registers, the holder's key says
+	// that somebody waits.
+	if err := c.HSet(t.Context(), "guard:{gr}", "q", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
 	c.Set(t.Context(), "guard:{gr}:fence", "inf", time.Minute)
 	mustRelease(t, holder)
 	if got, _ := c.Get(t.Context(), "guard:{gr}:fence").Result(); got != "inf" {

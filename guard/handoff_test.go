@@ -361,6 +361,11 @@ func TestGrantToDeadWaiterExpires(t *testing.T) {
 	if err := c.ZAdd(t.Context(), "guard:{dead}:waiters", ghost).Err(); err != nil {
 		t.Fatal(err)
 	}
+	// And, as acquire.lua does when it registers, the holder's key says
+	// that somebody waits.
+	if err := c.HSet(t.Context(), "guard:{dead}", "q", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
 	mustRelease(t, holder)
 	if tok, err := c.HGet(t.Context(), "guard:{dead}", "ghost-owner:t").Int64(); err != nil || tok <= holder.Token() {
 		t.Fatalf("the release did not grant the key to the oldest waiter: token %d, %v", tok, err)

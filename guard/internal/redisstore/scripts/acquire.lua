@@ -76,14 +76,15 @@ local function busy(owners, latest, writer, earliest)
     local registration = 2 * tonumber(ARGV[2])
     redis.call('ZADD', KEYS[3], now + registration, member)
     extend_key(KEYS[3], registration)
+    redis.call('HSET', key, 'q', '1') -- the holders' release must tell it
   end
   return {0, until_ms - now, tonumber(redis.call('GET', KEYS[2])) or 0}
 end
 
 -- take_permit writes a fresh hold of one permit (see prelude.lua): permit
 -- holders join one another as readers do.
-local function take_permit(token, owners, lone)
-  if owners == 0 and min_hold == '0' then
+local function take_permit(token, owners, lone, waited)
+  if owners == 0 and min_hold == '0' and not waited then
     -- A free permit, no MinHold: the fields permit_fields would give.
     redis.call('HSET', key, owner .. ':t', token, owner, '1', 'permits', permits, owner .. ':i', identity)
     redis.call('PEXPIRE', key, ARGV[2])
@@ -92,6 +93,9 @@ local function take_permit(token, owners, lone)
   local ttl, keep = tonumber(ARGV[2]), false
   if min_hold ~= '0' then keep = now + tonumber(min_hold) end
   local fields = permit_fields(owner, token, permits, owners > 0 and now + ttl, keep, identity)
+  if waited then
+    table.insert(fields, 'q'); table.insert(fields, '1')
+  end
   if lone then
     table.insert(fields, lone .. ':x'); table.insert(fields, now + redis.call('PTTL', key))
   end
@@ -103,10 +107,11 @@ local function take_permit(token, owners, lone)
   end
 end
 
--- take_hold writes a fresh write or read hold of a plain lock.
-local function take_hold(token, owners, lone)
-  if owners == 0 and min_hold == '0' then
-    -- The common case: a free key, no MinHold.
+-- take_hold writes a fresh write or read hold of a plain lock; waited
+-- when other acquisitions are queued for the key.
+local function take_hold(token, owners, lone, waited)
+  if owners == 0 and min_hold == '0' and not waited then
+    -- The common case: a free key, no MinHold, nobody waiting.
     if mode == 'w' then
       redis.call('HSET', key, owner .. ':t', token, 'writer', owner, owner, '1', owner .. ':i', identity)
     else
@@ -126,6 +131,9 @@ local function take_hold(token, owners, lone)
   if min_hold ~= '0' then
     table.insert(fields, owner .. ':m'); table.insert(fields, now + tonumber(min_hold))
   end
+  if waited then
+    table.insert(fields, 'q'); table.insert(fields, '1')
+  end
   if owners > 0 then
     -- Readers join readers: each needs an expiry of its own now, the one
     -- whose expiry was the key's included.
@@ -144,11 +152,8 @@ end
 
 -- tell_others: other acquisitions may be timing a hand-off to the one a
 -- release named; a writer tells them it is taken, a reader lets their
--- readers in. queued is how many registrations the queue held.
-local function tell_others(queued)
-  local others = queued
-  if others > 0 and member ~= '' then others = others - redis.call('ZREM', KEYS[3], member) end
-  if others == 0 then return end
+-- readers in.
+local function tell_others()
   if mode == 'w' then
     redis.call(PUBLISH, channel_of(key), 'taken')
   else
@@ -170,10 +175,13 @@ if refused then return refused end
 local token, err = mint(KEYS[2], t, fence_ttl, ARGV[2])
 if not token then return err end
 if now == 0 and min_hold ~= '0' then now = ms_of(t) end
+-- queued counted this acquisition's own registration, if it had one.
+local others = queued
+if others > 0 and member ~= '' then others = others - redis.call('ZREM', KEYS[3], member) end
 if permits ~= '1' then
-  take_permit(token, owners, lone)
+  take_permit(token, owners, lone, others > 0)
 else
-  take_hold(token, owners, lone)
+  take_hold(token, owners, lone, others > 0)
 end
-tell_others(queued)
+if others > 0 then tell_others() end
 return {1, token} -- digits, as the counter holds them

@@ -9,6 +9,12 @@
 --               <owner> is the only owner, whose hold then ends with the key
 --   <owner>:m   MinHold: keep the hold until this server time (ms), even after release
 --   <owner>:i   who holds it (WithIdentity): set with the hold's token, dropped with it
+--   q           '1' while acquisitions may wait for the key: set by one
+--               that registers (acquire.lua) and on a hold taken while others
+--               are queued, so that a release with nobody waiting neither
+--               reads the queue nor publishes; a release of a lone owner
+--               takes it with the key, and the next hold sets it again if
+--               registrations remain
 --   permits     n, for a key whose holds are permits (Permits(n), n > 1): up to
 --               n owners hold one each, each with a write count and no
 --               'writer'; absent for a plain lock (n = 1)
@@ -18,8 +24,8 @@
 -- expiry is its own, which spares the common case a clock read and a field.
 -- Permit holders are kept as readers are: each owner its own expiry once a
 -- second one joins, so a crashed holder's permit frees within its TTL.
--- Owner ids are upper-case base32, so they never collide with 'writer' or
--- 'permits'.
+-- Owner ids are upper-case base32, so they never collide with 'writer',
+-- 'q' or 'permits'.
 --
 -- Numbers handed to redis.call are formatted by the server (with a printf
 -- per number), so values that arrive as strings in ARGV are passed on as

@@ -25,6 +25,9 @@
 -- (their expiry may be sooner than the one a waiter is sleeping on); all
 -- three name the Locker that should act: the one of the oldest live
 -- registration ('' when none is).
+-- A final release tells nobody when the key's 'q' is absent (nobody
+-- registered to wait since the hold was taken): it neither reads the queue
+-- nor publishes.
 -- A drop (ARGV[2] 0) adds the owner it dropped to what it publishes
 -- ('free <Locker id> <owner>'): the waiter that dropped a hold it could not
 -- use (a split vote on a quorum) must not be woken by its own drop.
@@ -54,7 +57,7 @@ end
 -- other owners still hold theirs and one is free: only a registration for
 -- as many permits may take it. A registration's kind may carry its number
 -- of permits ('g4') and its identity may follow its six fields.
-local function grant(r, at, permits)
+local function grant(r, at, permits, more)
   local locker, o, kind, n, ttl, min_hold, fence_ttl, rest = string.match(r, '^(%S+) (%S+) (%a)(%d*) (%d+) (%d+) (%d+)(.*)$')
   if kind ~= 'g' then return false end
   if n == '' then n = '1' end
@@ -64,14 +67,24 @@ local function grant(r, at, permits)
   -- A counter of another type is reported to the waiter by its own attempt.
   local token = mint(counter, t, fence_ttl, ttl)
   if not token then return false end
+  -- more: registrations remain, which the grantee's release must tell
+  -- (see 'q' in prelude.lua); a permit's key keeps the 'q' it has.
   if n ~= '1' then
     -- A permit: beside other holders it needs an expiry of its own.
     local keep = min_hold ~= '0' and now + tonumber(min_hold)
-    redis.call('HSET', key, unpack(permit_fields(o, token, n, permits and now + left, keep, identity)))
-  elseif min_hold == '0' then
+    local fields = permit_fields(o, token, n, permits and now + left, keep, identity)
+    if more then
+      table.insert(fields, 'q'); table.insert(fields, '1')
+    end
+    redis.call('HSET', key, unpack(fields))
+  elseif min_hold == '0' and not more then
     redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity)
-  else
+  elseif min_hold == '0' then
+    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity, 'q', '1')
+  elseif not more then
     redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity, o .. ':m', now + tonumber(min_hold))
+  else
+    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity, o .. ':m', now + tonumber(min_hold), 'q', '1')
   end
   if permits then
     extend_key(key, left)
@@ -83,9 +96,10 @@ local function grant(r, at, permits)
   return true
 end
 
--- notify tells the waiting acquisitions what happened. With none
--- registered it names nobody, and skips the clock and the queue: a waiter
--- whose registration a failover or an eviction lost still hears it.
+-- notify tells the waiting acquisitions what happened; let_go calls it
+-- only when the key's 'q' says some may wait. With no queue it names
+-- nobody, and skips the clock: a waiter whose registration an eviction
+-- lost still hears it.
 -- permits is set when one permit of a key still held is free (see grant).
 local function notify(what, permits)
   local dropped = ''
@@ -97,8 +111,9 @@ local function notify(what, permits)
     return
   end
   redis.call('ZREMRANGEBYSCORE', waiting, '-inf', clock())
-  local first = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')
-  if first[1] and what == 'free' and grant(first[1], tonumber(first[2]), permits) then return end
+  -- The first two: a grant to the first must know whether others remain.
+  local first = redis.call('ZRANGE', waiting, 0, 1, 'WITHSCORES')
+  if first[1] and what == 'free' and grant(first[1], tonumber(first[2]), permits, first[3] ~= nil) then return end
   local next = first[1] and string.match(first[1], '^%S+') or ''
   redis.call(PUBLISH, channel_of(key), what .. ' ' .. next .. dropped)
 end
@@ -134,25 +149,9 @@ local function recount(writer)
   return 1
 end
 
--- let_go ends the hold: it is kept for MinHold, or the key is freed, or
--- left to the other owners, and the waiters are told.
-local function let_go(x, writer, keep)
-  if marker ~= '0' then
-    redis.call('SET', done, '1', 'PX', marker)
-  end
-  if keep and tonumber(keep) > clock() and marker ~= '0' then
-    redis.call('HDEL', key, owner, owner .. ':r')
-    redis.call('HSET', key, owner .. ':x', keep)
-    extend_key(key, tonumber(keep) - clock())
-    notify('linger')
-    return 1
-  end
-  if not x then
-    -- The lone owner: the key is its alone.
-    redis.call('DEL', key)
-    notify('free')
-    return 1
-  end
+-- leave ends a hold that shares the key with other owners' holds: the key
+-- goes when none is left; the waiters are told if any may wait (queued).
+local function leave(writer, queued)
   -- Redis deletes the hash with its last field.
   if writer == owner then
     redis.call('HDEL', key, owner, owner .. ':r', owner .. ':x', owner .. ':t', owner .. ':m', owner .. ':i', 'writer')
@@ -161,9 +160,14 @@ local function let_go(x, writer, keep)
   end
   -- Only a key without a writer can be one of permits.
   local permits = writer ~= owner and redis.call('HGET', key, 'permits')
-  if permits and redis.call('HLEN', key) == 1 then
-    redis.call('DEL', key) -- no owner left, only their number of permits
+  -- The fields that are nobody's hold: with no owner left, the key goes.
+  local rest = 0
+  if permits then rest = rest + 1 end
+  if queued then rest = rest + 1 end
+  if rest > 0 and redis.call('HLEN', key) == rest then
+    redis.call('DEL', key)
   end
+  if not queued then return 1 end
   if redis.call('EXISTS', key) == 0 then
     notify('free')
   elseif permits then
@@ -176,11 +180,32 @@ local function let_go(x, writer, keep)
   return 1
 end
 
-local got = redis.pcall('HMGET', key, owner .. ':t', owner .. ':x', 'writer', owner .. ':m')
+-- let_go ends the hold: it is kept for MinHold, or the key is freed, or
+-- left to the other owners, and the waiters are told, if any may wait
+-- (queued, the key's 'q').
+local function let_go(x, writer, keep, queued)
+  if marker ~= '0' then
+    redis.call('SET', done, '1', 'PX', marker)
+  end
+  if keep and tonumber(keep) > clock() and marker ~= '0' then
+    redis.call('HDEL', key, owner, owner .. ':r')
+    redis.call('HSET', key, owner .. ':x', keep)
+    extend_key(key, tonumber(keep) - clock())
+    if queued then notify('linger') end
+    return 1
+  end
+  if x then return leave(writer, queued) end
+  -- The lone owner: the key is its alone.
+  redis.call('DEL', key)
+  if queued then notify('free') end
+  return 1
+end
+
+local got = redis.pcall('HMGET', key, owner .. ':t', owner .. ':x', 'writer', owner .. ':m', 'q')
 if failed(got) then return wrong_type(key, 'a lock') end
-local token, x, writer, keep = got[1], got[2], got[3], got[4]
+local token, x, writer, keep, queued = got[1], got[2], got[3], got[4], got[5]
 if not token or (x and tonumber(x) <= clock()) then return gone() end
 -- A permit holder writes without being the key's 'writer' (see prelude.lua).
 if writes ~= '0' and writer ~= owner and not redis.call('HGET', key, 'permits') then return -1 end
 if not final then return recount(writer) end
-return let_go(x, writer, keep)
+return let_go(x, writer, keep, queued)
