@@ -1,5 +1,5 @@
 // Package measure holds the harness's instruments: latency summaries,
-// process CPU time, a command-counting go-redis hook and a check for load
+// process CPU time and heap allocations, a command-counting go-redis hook and a check for load
 // from other processes.
 package measure
 

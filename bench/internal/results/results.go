@@ -25,6 +25,11 @@ type Run struct {
 	Throughput []Throughput `json:"throughput"`
 	Handoff    []Handoff    `json:"handoff"`
 	Renewal    []Renewal    `json:"renewal"`
+	// Pinned, when present, is the second part of the same run: PING,
+	// sequential and throughput again with the client process pinned to
+	// one CPU (GOMAXPROCS 1) and each redis-server to another. Its own
+	// Machine says where and when; it has no hand-off or renewal cases.
+	Pinned *Run `json:"pinned,omitempty"`
 }
 
 // Machine describes where and with what the run was made.
@@ -41,6 +46,8 @@ type Machine struct {
 	ClientCPU    int               `json:"client_cpu"` // -1: not pinned
 	ServerCPU    int               `json:"server_cpu"` // -1: not pinned
 	Pinning      string            `json:"pinning"`
+	// OpContext is how each measured operation gets its context.
+	OpContext string `json:"op_context"`
 }
 
 // Sizes are the counts and time limits the run used.
@@ -93,7 +100,8 @@ type Ping struct {
 }
 
 // Sequential is scenario 2: one goroutine, one key, acquire then release,
-// with two PINGs timed after each operation as its floor.
+// with two PINGs timed after each operation as its floor; then as many
+// operations again without the PINGs, whose cost is measured.
 type Sequential struct {
 	Lib      string          `json:"lib"`
 	Quality  Quality         `json:"quality"`
@@ -102,6 +110,8 @@ type Sequential struct {
 	RatioP50 float64         `json:"ratio_p50"`
 	RatioP99 float64         `json:"ratio_p99"`
 	Errors   int64           `json:"errors"`
+	CostOps  int64           `json:"cost_ops"` // operations of the cost window
+	Cost     Cost            `json:"cost"`     // per operation of the cost window
 }
 
 // Command is one command's share of a case, from INFO commandstats.
@@ -118,6 +128,8 @@ type Command struct {
 // with its release, or a SET with its DEL).
 type Cost struct {
 	ClientCPUUs    float64   `json:"client_cpu_us"`   // getrusage, whole client process
+	Allocs         float64   `json:"allocs"`          // runtime.MemStats Mallocs, whole client process
+	AllocBytes     float64   `json:"alloc_bytes"`     // runtime.MemStats TotalAlloc, whole client process
 	ServerCPUUs    float64   `json:"server_cpu_us"`   // INFO used_cpu_sys+used_cpu_user
 	ServerCalls    float64   `json:"server_calls"`    // commandstats calls, including those scripts run
 	ClientCommands float64   `json:"client_commands"` // commands the client sent (go-redis hook)

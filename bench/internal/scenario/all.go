@@ -28,6 +28,30 @@ func DefaultSizes() results.Sizes {
 	}
 }
 
+// QuickSizes run PING, sequential and throughput at about a third of the
+// full size, and the hand-off at hold 1 ms only, for up to a second each; no
+// renewal, and no re-runs: for working on the libraries, well under a minute
+// with the pinned part. Their ratios are rougher than a full run's.
+func QuickSizes() results.Sizes {
+	s := DefaultSizes()
+	s.FloorPings = 100
+	s.PingCount, s.PingWindow = 5000, time.Second
+	s.SeqOps, s.SeqWindow = 2000, time.Second
+	s.TPWindow, s.TPRounds = time.Second, 2
+	s.HandoffHolds, s.HandoffWindow = []time.Duration{time.Millisecond}, time.Second
+	s.RenewLocks = 0
+	s.MaxAttempts = 1
+	return s
+}
+
+// CostsOnly returns s without the hand-off and renewal scenarios: what the
+// pinned part of a run measures.
+func CostsOnly(s results.Sizes) results.Sizes {
+	s.HandoffWaiters, s.HandoffHolds, s.HandoffAcq = nil, nil, 0
+	s.RenewLocks = 0
+	return s
+}
+
 // TinySizes run every scenario in a few seconds, to keep the harness
 // working; their numbers mean nothing.
 func TinySizes() results.Sizes {
@@ -42,7 +66,8 @@ func TinySizes() results.Sizes {
 }
 
 // All runs every scenario for every library (see Runner.RunAll for
-// re-runs) and combines the throughput rounds.
+// re-runs) and combines the throughput rounds. Sizes without hand-off
+// waiters or holds run no hand-off, and RenewLocks 0 runs no renewal.
 func All(ctx context.Context, r *Runner) (results.Run, error) {
 	libs := locks.Names()
 	s := r.Sizes
@@ -50,7 +75,9 @@ func All(ctx context.Context, r *Runner) (results.Run, error) {
 		Sizes:      s,
 		Sequential: make([]results.Sequential, len(libs)),
 		Handoff:    make([]results.Handoff, len(s.HandoffWaiters)*len(s.HandoffHolds)*len(libs)),
-		Renewal:    make([]results.Renewal, len(libs)),
+	}
+	if s.RenewLocks > 0 {
+		run.Renewal = make([]results.Renewal, len(libs))
 	}
 	cases := []*Case{Ping(r, &run.Ping)}
 	for i, lib := range libs {
@@ -75,8 +102,8 @@ func All(ctx context.Context, r *Runner) (results.Run, error) {
 			}
 		}
 	}
-	for i, lib := range libs {
-		cases = append(cases, Renewal(r, lib, &run.Renewal[i]))
+	for i := range run.Renewal {
+		cases = append(cases, Renewal(r, libs[i], &run.Renewal[i]))
 	}
 	if err := r.RunAll(ctx, cases); err != nil {
 		return run, err

@@ -13,12 +13,15 @@ import (
 )
 
 // meter reads, around a measured window, what the server, the client
-// process and a client's hook counted.
+// process (CPU time and heap allocations) and a client's hook counted. The
+// client's readings are taken inside the server's, so that the INFO
+// commands the meter sends are not counted as the window's.
 type meter struct {
 	env     *Env
 	counter *measure.Counter
 	stats   redisproc.Stats
 	cpu     time.Duration
+	allocs  measure.Allocs
 	counts  measure.Counts
 }
 
@@ -27,6 +30,7 @@ func startMeter(ctx context.Context, env *Env, counter *measure.Counter) (*meter
 	m := &meter{env: env, counter: counter}
 	var err error
 	m.stats, err = env.Stats(ctx)
+	m.allocs = measure.ReadAllocs()
 	m.cpu, m.counts = measure.ProcessCPU(), counter.Read()
 	return m, err
 }
@@ -35,17 +39,20 @@ func startMeter(ctx context.Context, env *Env, counter *measure.Counter) (*meter
 type usage struct {
 	stats     redisproc.Stats // delta, without the harness's own commands
 	clientCPU time.Duration
+	allocs    measure.Allocs
 	counts    measure.Counts
 }
 
 // stop takes the readings at the end of the window.
 func (m *meter) stop(ctx context.Context) (usage, error) {
 	cpu, counts := measure.ProcessCPU(), m.counter.Read()
+	allocs := measure.ReadAllocs()
 	st, err := m.env.Stats(ctx)
 	if err != nil {
 		return usage{}, err
 	}
-	return usage{stats: st.Sub(m.stats, adminCommands...), clientCPU: cpu - m.cpu, counts: counts.Sub(m.counts)}, nil
+	return usage{stats: st.Sub(m.stats, adminCommands...), clientCPU: cpu - m.cpu,
+		allocs: allocs.Sub(m.allocs), counts: counts.Sub(m.counts)}, nil
 }
 
 // perOp returns the usage divided over ops operations.
@@ -53,6 +60,8 @@ func (u usage) perOp(ops int64) results.Cost {
 	n := float64(max(ops, 1))
 	return results.Cost{
 		ClientCPUUs:    measure.Micros(u.clientCPU) / n,
+		Allocs:         float64(u.allocs.Count) / n,
+		AllocBytes:     float64(u.allocs.Bytes) / n,
 		ServerCPUUs:    u.stats.CPUSeconds * 1e6 / n,
 		ServerCalls:    float64(u.stats.Calls()) / n,
 		ClientCommands: float64(u.counts.Commands) / n,

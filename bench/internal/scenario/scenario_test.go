@@ -67,10 +67,14 @@ func checkRun(t *testing.T, run results.Run) {
 		if s.Op.N == 0 || s.Floor.N == 0 || s.RatioP50 <= 0 || s.Errors != 0 {
 			t.Errorf("sequential %s: %+v", s.Lib, s)
 		}
+		if s.CostOps == 0 || s.Cost.ClientCPUUs <= 0 || s.Cost.Allocs <= 0 || s.Cost.AllocBytes <= 0 || s.Cost.RoundTrips < 2 {
+			t.Errorf("sequential %s: %d cost ops, cost %+v", s.Lib, s.CostOps, s.Cost)
+		}
 	}
 	for _, tp := range append([]results.Throughput{run.Ceiling}, run.Throughput...) {
-		if len(tp.Rounds) != run.Sizes.TPRounds || tp.Cost.ServerCalls == 0 || tp.RatioToCeiling <= 0 {
-			t.Errorf("throughput %s: %d rounds, server calls/op %.1f, ratio %.2f", tp.Lib, len(tp.Rounds), tp.Cost.ServerCalls, tp.RatioToCeiling)
+		if len(tp.Rounds) != run.Sizes.TPRounds || tp.Cost.ServerCalls == 0 || tp.RatioToCeiling <= 0 || tp.Cost.Allocs <= 0 {
+			t.Errorf("throughput %s: %d rounds, server calls/op %.1f, ratio %.2f, allocs/op %.1f",
+				tp.Lib, len(tp.Rounds), tp.Cost.ServerCalls, tp.RatioToCeiling, tp.Cost.Allocs)
 		}
 		for i, r := range tp.Rounds {
 			if r.Ops == 0 || r.Errors != 0 {

@@ -76,7 +76,8 @@ func throughputOp(lib string, c *redis.Client, s results.Sizes) (op func(context
 }
 
 // hammer runs op from TPGoroutines goroutines until TPOps operations have
-// started or TPWindow has passed.
+// started or TPWindow has passed, each operation under its own context (see
+// OpContext).
 func hammer(ctx context.Context, s results.Sizes, op func(context.Context, string) error) results.ThroughputRound {
 	var (
 		started, done, errs atomic.Int64
@@ -88,8 +89,11 @@ func hammer(ctx context.Context, s results.Sizes, op func(context.Context, strin
 	for g := range s.TPGoroutines {
 		wg.Go(func() {
 			key := tpKey(g)
+			worker, cancel := context.WithCancel(ctx)
+			defer cancel()
+			keyOp := func(ctx context.Context) error { return op(ctx, key) }
 			for started.Add(1) <= int64(s.TPOps) && time.Now().Before(end) {
-				if err := op(ctx, key); err != nil {
+				if err := underOpContext(worker, keyOp); err != nil {
 					errs.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())
 					continue
