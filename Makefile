@@ -48,13 +48,19 @@ vet:
 	$(GO) vet ./...
 
 # The side-by-side benchmark of guard, redsync, redislock and a raw SET NX
-# baseline (bench/, its own module): three to four and a half minutes on
-# 2 cores, depending on how many disturbed cases it re-runs. It pins
-# itself to CPU 0 and each redis-server it starts to CPU 1, and writes
-# bench/results.json, bench/RESULTS.md and the charts bench/*.png. guard's own
-# micro-benchmarks: go test -run '^$' -bench . -benchtime 2s ./guard/
+# baseline (bench/, its own module). Its headline figures are measured as
+# users run a service: nothing pinned, GOMAXPROCS = every CPU, loopback, a
+# cancelable context per operation; then PING, sequential and throughput
+# again with the client pinned to CPU 0 (GOMAXPROCS 1) and each redis-server
+# to CPU 1, for a second table. About four to five minutes on 2 cores,
+# depending on how many disturbed cases it re-runs; BENCHFLAGS=-quick runs
+# smaller cases in under a minute. It writes bench/results.json,
+# bench/RESULTS.md and the charts bench/*.png. guard's own micro-benchmarks:
+# go test -run '^$' -bench . -benchtime 2s ./guard/
+BENCHFLAGS ?=
+
 bench: redis
-	cd bench && $(GO) run ./cmd/bench -out results.json && \
+	cd bench && $(GO) run ./cmd/bench -out results.json $(BENCHFLAGS) && \
 		$(GO) run ./cmd/charts -in results.json -dir . && \
 		$(GO) run ./cmd/report -in results.json -out RESULTS.md
 

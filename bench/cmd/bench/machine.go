@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jobguard/jobguard/bench/internal/results"
+	"github.com/jobguard/jobguard/bench/internal/scenario"
 )
 
 // libraries are the modules whose versions the results record.
@@ -34,6 +35,7 @@ func machine(ctx context.Context, clientCPU, serverCPU int) (results.Machine, er
 		ClientCPU:  clientCPU,
 		ServerCPU:  serverCPU,
 		Pinning:    pinning(clientCPU, serverCPU),
+		OpContext:  scenario.OpContext,
 		Guard:      guardCommit(ctx),
 	}
 	var err error
@@ -62,6 +64,9 @@ func machine(ctx context.Context, clientCPU, serverCPU int) (results.Machine, er
 }
 
 func pinning(clientCPU, serverCPU int) string {
+	if clientCPU < 0 && serverCPU < 0 {
+		return "not pinned: the client process and each redis-server run on whichever CPUs the kernel picks"
+	}
 	where := func(cpu int) string {
 		if cpu < 0 {
 			return "not pinned"

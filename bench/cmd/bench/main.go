@@ -4,24 +4,35 @@
 //
 //	go run ./cmd/bench -out results.json
 //
-// By default the client process is pinned to CPU 0 and every redis-server
-// to CPU 1, so that each has a core of its own and neither steals the
-// other's: the command re-executes itself under `taskset -c 0` (the Go
-// runtime then also sees one CPU, GOMAXPROCS=1) and starts each server under
-// `taskset -c 1`. Pass -client-cpu -1 -server-cpu -1 not to pin.
+// The headline figures are measured as users run a service: nothing is
+// pinned, GOMAXPROCS is Go's default (every CPU), the server is on
+// loopback, and every operation runs under a cancelable context of its own
+// (see scenario.OpContext). Then, unless -pinned=false, the command measures
+// PING, sequential and throughput a second time pinned, for a second table:
+// it re-executes itself under `taskset -c client-cpu` (the Go runtime then
+// sees one CPU, GOMAXPROCS 1) and starts each redis-server under `taskset -c
+// server-cpu`. The pinned figures go into the same JSON, under "pinned".
+//
+// -quick runs smaller cases (well under a minute in all); -tiny runs a
+// harness check whose numbers mean nothing.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/jobguard/jobguard/bench/internal/results"
 	"github.com/jobguard/jobguard/bench/internal/scenario"
@@ -34,87 +45,184 @@ func main() {
 	}
 }
 
-func run() error {
-	out := flag.String("out", "results.json", "where to write the results")
-	clientCPU := flag.Int("client-cpu", 0, "CPU to pin this process to; -1: don't pin")
-	serverCPU := flag.Int("server-cpu", 1, "CPU to pin each redis-server to; -1: don't pin")
-	budget := flag.Duration("budget", 4*time.Minute, "no disturbed case is re-run once this much time has passed")
-	tiny := flag.Bool("tiny", false, "run every scenario at a tiny size (seconds), to try the harness")
-	only := flag.String("only", "", "run only the cases whose name matches this regexp (a partial run, e.g. 'handoff .* hold=1ms')")
+// flags are the command's flags. The pinned part receives them again,
+// with its own -out and -budget.
+type flags struct {
+	out                  string
+	pinned               bool
+	clientCPU, serverCPU int
+	budget               time.Duration
+	quick, tiny          bool
+	only                 string
+}
+
+func parseFlags() flags {
+	var f flags
+	flag.StringVar(&f.out, "out", "results.json", "where to write the results")
+	flag.BoolVar(&f.pinned, "pinned", true, "after the unpinned headline cases, measure PING, sequential and throughput again pinned (-client-cpu, GOMAXPROCS 1; -server-cpu), for a second table")
+	flag.IntVar(&f.clientCPU, "client-cpu", 0, "CPU the client process of the pinned part runs on")
+	flag.IntVar(&f.serverCPU, "server-cpu", 1, "CPU each redis-server of the pinned part runs on")
+	flag.DurationVar(&f.budget, "budget", 4*time.Minute, "no disturbed case is re-run once this much time has passed (the unpinned part stops re-running at 3/4 of it when the pinned part follows)")
+	flag.BoolVar(&f.quick, "quick", false, "smaller cases, no renewal, no re-runs: well under a minute in all, for working on the libraries")
+	flag.BoolVar(&f.tiny, "tiny", false, "run every scenario at a tiny size (seconds), to try the harness; its numbers mean nothing")
+	flag.StringVar(&f.only, "only", "", "run only the cases whose name matches this regexp (a partial run, e.g. 'handoff .* hold=1ms')")
 	flag.Parse()
+	return f
+}
+
+func (f flags) sizes() results.Sizes {
+	switch {
+	case f.tiny:
+		return scenario.TinySizes()
+	case f.quick:
+		return scenario.QuickSizes()
+	}
+	return scenario.DefaultSizes()
+}
+
+// pinnedEnv marks the re-executed process that measures the pinned part.
+const pinnedEnv = "JOBGUARD_BENCH_PINNED"
+
+func run() error {
+	f := parseFlags()
 	var onlyRE *regexp.Regexp
-	if *only != "" {
+	if f.only != "" {
 		var err error
-		if onlyRE, err = regexp.Compile(*only); err != nil {
+		if onlyRE, err = regexp.Compile(f.only); err != nil {
 			return fmt.Errorf("-only: %w", err)
 		}
 	}
-	if err := pin(*clientCPU, *serverCPU); err != nil {
-		return err
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-
 	start := time.Now()
-	sizes := scenario.DefaultSizes()
-	if *tiny {
-		sizes = scenario.TinySizes()
+	if os.Getenv(pinnedEnv) != "" {
+		return pinnedPart(ctx, f, onlyRE, start)
 	}
-	r := &scenario.Runner{
-		Sizes:     sizes,
-		ServerCPU: *serverCPU,
-		Deadline:  start.Add(*budget),
-		Only:      onlyRE,
+	if f.pinned {
+		if err := checkPinning(f.clientCPU, f.serverCPU); err != nil {
+			return err
+		}
+	}
+	deadline := start.Add(f.budget)
+	if f.pinned {
+		deadline = start.Add(f.budget * 3 / 4)
+	}
+	res, err := scenario.All(ctx, newRunner(f.sizes(), -1, deadline, onlyRE, start, ""))
+	if err != nil {
+		return err
+	}
+	if res.Machine, err = machine(ctx, -1, -1); err != nil {
+		return err
+	}
+	res.Command = strings.Join(append([]string{"go run ./cmd/bench"}, os.Args[1:]...), " ")
+	if f.pinned {
+		if res.Pinned, err = runPinned(ctx, f, time.Until(start.Add(f.budget))); err != nil {
+			return err
+		}
+	}
+	res.ElapsedSec = time.Since(start).Seconds()
+	if err := results.Write(f.out, res); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "bench: wrote %s in %.0fs\n", f.out, res.ElapsedSec)
+	return nil
+}
+
+// newRunner returns a runner that logs its progress to stderr, each line
+// prefixed with the seconds since start and the part's name.
+func newRunner(s results.Sizes, serverCPU int, deadline time.Time, only *regexp.Regexp, start time.Time, part string) *scenario.Runner {
+	return &scenario.Runner{
+		Sizes:     s,
+		ServerCPU: serverCPU,
+		Deadline:  deadline,
+		Only:      only,
 		Logf: func(format string, args ...any) {
-			fmt.Fprintf(os.Stderr, "%6.1fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+			fmt.Fprintf(os.Stderr, "%6.1fs  %s%s\n", time.Since(start).Seconds(), part, fmt.Sprintf(format, args...))
 		},
 	}
+}
+
+// runPinned re-executes this command under `taskset -c clientCPU` to
+// measure the pinned part, with budget as its time budget, and returns
+// what it measured.
+func runPinned(ctx context.Context, f flags, budget time.Duration) (*results.Run, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "bench-pinned-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	out := filepath.Join(dir, "pinned.json")
+	args := []string{"-c", fmt.Sprint(f.clientCPU), self,
+		"-out", out, "-budget", max(budget, 0).String(),
+		"-client-cpu", fmt.Sprint(f.clientCPU), "-server-cpu", fmt.Sprint(f.serverCPU),
+		"-quick=" + fmt.Sprint(f.quick), "-tiny=" + fmt.Sprint(f.tiny), "-only", f.only}
+	cmd := exec.CommandContext(ctx, "taskset", args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// GOMAXPROCS is left to follow the affinity: one CPU.
+	cmd.Env = append(withoutEnv(os.Environ(), "GOMAXPROCS"), pinnedEnv+"=1")
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("pinned part: %w", err)
+	}
+	res, err := results.Read(out)
+	if err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// pinnedPart is the re-executed process: it checks that it runs on
+// clientCPU alone with GOMAXPROCS 1, measures PING, sequential and
+// throughput with each redis-server on serverCPU, and writes them to -out.
+func pinnedPart(ctx context.Context, f flags, only *regexp.Regexp, start time.Time) error {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return err
+	}
+	if set.Count() != 1 || !set.IsSet(f.clientCPU) || runtime.GOMAXPROCS(0) != 1 {
+		return fmt.Errorf("pinned part: runs on %d CPUs with GOMAXPROCS %d, want CPU %d alone and GOMAXPROCS 1",
+			set.Count(), runtime.GOMAXPROCS(0), f.clientCPU)
+	}
+	r := newRunner(scenario.CostsOnly(f.sizes()), f.serverCPU, start.Add(f.budget), only, start, "pinned: ")
 	res, err := scenario.All(ctx, r)
 	if err != nil {
 		return err
 	}
-	res.Machine, err = machine(ctx, *clientCPU, *serverCPU)
-	if err != nil {
+	if res.Machine, err = machine(ctx, f.clientCPU, f.serverCPU); err != nil {
 		return err
 	}
-	res.Command = strings.Join(append([]string{"go run ./cmd/bench"}, os.Args[1:]...), " ")
+	res.Command = fmt.Sprintf("taskset -c %d bench %s", f.clientCPU, strings.Join(os.Args[1:], " "))
 	res.ElapsedSec = time.Since(start).Seconds()
-	if err := results.Write(*out, res); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "bench: wrote %s in %.0fs\n", *out, res.ElapsedSec)
-	return nil
+	return results.Write(f.out, res)
 }
 
-// pinnedEnv marks the re-executed process, so that it never re-executes
-// itself again.
-const pinnedEnv = "JOBGUARD_BENCH_PINNED"
-
-// pin re-executes this process under `taskset -c clientCPU` unless it
-// already runs there. It checks that both CPUs exist.
-func pin(clientCPU, serverCPU int) error {
+// checkPinning checks that both CPUs exist and that taskset is there.
+func checkPinning(clientCPU, serverCPU int) error {
 	n, err := onlineCPUs()
 	if err != nil {
 		return err
 	}
 	for _, cpu := range []int{clientCPU, serverCPU} {
-		if cpu >= n {
-			return fmt.Errorf("CPU %d does not exist (%d online); choose others with -client-cpu and -server-cpu, or -1 not to pin", cpu, n)
+		if cpu < 0 || cpu >= n {
+			return fmt.Errorf("CPU %d does not exist (%d online); choose others with -client-cpu and -server-cpu, or pass -pinned=false", cpu, n)
 		}
 	}
-	if clientCPU < 0 || os.Getenv(pinnedEnv) != "" {
-		return nil
+	if _, err := exec.LookPath("taskset"); err != nil {
+		return errors.Join(fmt.Errorf("the pinned part needs taskset (util-linux); or pass -pinned=false"), err)
 	}
-	taskset, err := exec.LookPath("taskset")
-	if err != nil {
-		return fmt.Errorf("pinning needs taskset (util-linux): %w; or pass -client-cpu -1", err)
+	return nil
+}
+
+// withoutEnv returns env without the variable name.
+func withoutEnv(env []string, name string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
+		}
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	args := append([]string{"taskset", "-c", fmt.Sprint(clientCPU), self}, os.Args[1:]...)
-	env := append(os.Environ(), pinnedEnv+"=1")
-	// On success Exec does not return: the pinned process carries on.
-	return fmt.Errorf("re-exec under taskset: %w", syscall.Exec(taskset, args, env))
+	return out
 }
