@@ -3,9 +3,10 @@
 //
 //	go run ./cmd/charts -in results.json -dir .
 //
-// throughput.png: server CPU per op and throughput per library (chart a);
-// handoff.png: hand-off latency p50 and commands per acquisition against
-// waiters (chart b).
+// throughput.png: server CPU and client CPU per op and throughput per
+// library, from the headline (unpinned) part (chart a); handoff.png:
+// hand-off latency p50 and commands per acquisition against waiters
+// (chart b).
 package main
 
 import (

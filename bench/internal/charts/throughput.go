@@ -12,36 +12,52 @@ import (
 	"github.com/jobguard/jobguard/bench/internal/results"
 )
 
-// Throughput draws chart (a): server CPU per acquire+release and
-// throughput per library, with the SET+DEL ceiling first. Bars are the
-// median round; dots are every round.
+// Throughput draws chart (a): server CPU and client CPU per
+// acquire+release and throughput per library, with the SET+DEL ceiling
+// first. Bars are the median round; dots are every round. The titles say
+// whether the run was pinned and its GOMAXPROCS.
 func Throughput(run results.Run, path string) error {
 	rows := append([]results.Throughput{run.Ceiling}, run.Throughput...)
 	names := make([]string, len(rows))
-	cpu, ops := make([]float64, len(rows)), make([]float64, len(rows))
-	cpuRounds, opsRounds := make([][]float64, len(rows)), make([][]float64, len(rows))
-	cpuLabels, opsLabels := make([]string, len(rows)), make([]string, len(rows))
+	server, client, ops := make([]float64, len(rows)), make([]float64, len(rows)), make([]float64, len(rows))
+	serverRounds, clientRounds, opsRounds := make([][]float64, len(rows)), make([][]float64, len(rows)), make([][]float64, len(rows))
+	serverLabels, clientLabels, opsLabels := make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows))
 	for i, r := range rows {
-		names[i], cpu[i], ops[i] = r.Lib, r.Cost.ServerCPUUs, r.OpsPerSec
+		names[i], server[i], client[i], ops[i] = r.Lib, r.Cost.ServerCPUUs, r.Cost.ClientCPUUs, r.OpsPerSec
 		for _, rd := range r.Rounds {
-			cpuRounds[i] = append(cpuRounds[i], rd.Cost.ServerCPUUs)
+			serverRounds[i] = append(serverRounds[i], rd.Cost.ServerCPUUs)
+			clientRounds[i] = append(clientRounds[i], rd.Cost.ClientCPUUs)
 			opsRounds[i] = append(opsRounds[i], rd.OpsPerSec)
 		}
-		cpuLabels[i] = fmt.Sprintf("%.1f µs", r.Cost.ServerCPUUs)
-		opsLabels[i] = fmt.Sprintf("%s/s (%.2f×)", thousands(r.OpsPerSec), r.RatioToCeiling)
+		serverLabels[i] = fmt.Sprintf("%.1f µs", r.Cost.ServerCPUUs)
+		clientLabels[i] = fmt.Sprintf("%.1f µs", r.Cost.ClientCPUUs)
+		opsLabels[i] = fmt.Sprintf("%s/s\n(%.2f×)", thousands(r.OpsPerSec), r.RatioToCeiling)
 	}
-	g := run.Ceiling.Goroutines
-	left, err := bars(fmt.Sprintf("Server CPU per acquire+release, %d goroutines", g), "µs of redis-server CPU per op",
-		names, cpu, cpuRounds, cpuLabels)
+	g, how := run.Ceiling.Goroutines, setting(run.Machine)
+	serverPlot, err := bars(fmt.Sprintf("Server CPU per acquire+release\n%d goroutines, %s", g, how), "µs of redis-server CPU per op",
+		names, server, serverRounds, serverLabels)
 	if err != nil {
 		return err
 	}
-	right, err := bars(fmt.Sprintf("Throughput, %d goroutines on distinct keys", g), "acquire+release per second",
+	clientPlot, err := bars(fmt.Sprintf("Client CPU per acquire+release\n%d goroutines, %s", g, how), "µs of client process CPU per op",
+		names, client, clientRounds, clientLabels)
+	if err != nil {
+		return err
+	}
+	opsPlot, err := bars(fmt.Sprintf("Throughput, %d goroutines on distinct keys\n%s", g, how), "acquire+release per second",
 		names, ops, opsRounds, opsLabels)
 	if err != nil {
 		return err
 	}
-	return save(path, nil, left, right)
+	return save(path, nil, serverPlot, clientPlot, opsPlot)
+}
+
+// setting names how a run was made, for a chart's title.
+func setting(m results.Machine) string {
+	if m.ClientCPU < 0 && m.ServerCPU < 0 {
+		return fmt.Sprintf("not pinned, GOMAXPROCS %d", m.GOMAXPROCS)
+	}
+	return fmt.Sprintf("pinned, GOMAXPROCS %d", m.GOMAXPROCS)
 }
 
 // bars returns a bar chart of one bar per name, each in its library's

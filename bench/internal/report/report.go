@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jobguard/jobguard/bench/internal/results"
 )
@@ -21,11 +23,15 @@ const (
 func Markdown(run results.Run, makeCmd string) string {
 	var b strings.Builder
 	header(&b, run, makeCmd)
-	ping(&b, run)
-	sequential(&b, run)
-	throughput(&b, run)
+	summary(&b, run)
+	ping(&b, run, "## 1. PING floor")
+	sequential(&b, run, "## 2. Uncontended acquire + release, one key, one goroutine")
+	throughput(&b, run, fmt.Sprintf("## 3. Throughput, %d goroutines on distinct keys", run.Ceiling.Goroutines), ThroughputPNG)
 	handoff(&b, run)
 	renewal(&b, run)
+	if p := run.Pinned; p != nil {
+		pinned(&b, *p)
+	}
 	quality(&b, run)
 	return b.String()
 }
@@ -40,6 +46,10 @@ func header(b *strings.Builder, run results.Run, makeCmd string) {
 	t.add("machine", fmt.Sprintf("%s, %d CPUs, %s", m.CPUModel, m.CPUs, m.Kernel))
 	t.add("pinning", m.Pinning)
 	t.add("Go", fmt.Sprintf("%s, GOMAXPROCS %d", m.GoVersion, m.GOMAXPROCS))
+	t.add("contexts", m.OpContext)
+	if p := run.Pinned; p != nil {
+		t.add("pinned part", fmt.Sprintf("%s; GOMAXPROCS %d; from %s (section 6)", p.Machine.Pinning, p.Machine.GOMAXPROCS, p.Machine.Date))
+	}
 	t.add("Redis", m.RedisVersion+", one fresh `redis-server --save '' --appendonly no` per case, on 127.0.0.1")
 	t.add("guard", "this repository at "+m.Guard)
 	for _, lib := range slices.Sorted(maps.Keys(m.Libraries)) {
@@ -52,50 +62,84 @@ func header(b *strings.Builder, run results.Run, makeCmd string) {
 		"the polling libraries retry a busy key every %v: redislock with `LinearBackoff(%v)`, redsync with its default 32 tries "+
 		"but `WithRetryDelay(%v)` (default: random 50–250 ms), the raw baseline with a %v sleep. guard does not poll: a waiter "+
 		"sleeps until a release is published.\n\n", s.PoolSize, s.TTL, s.RetryDelay, s.RetryDelay, s.RetryDelay, s.RetryDelay)
-	if m.ClientCPU >= 0 && m.ServerCPU >= 0 && m.ClientCPU != m.ServerCPU {
-		fmt.Fprintf(b, "With client and server pinned to different CPUs every round trip pays two cross-CPU wake-ups, "+
-			"which on a virtual machine can cost more than Redis's own work: compare the PING floor below with the same "+
-			"PING with both on one CPU (`-client-cpu 1 -server-cpu 1`) before reading absolute latencies. Ratios to a floor "+
-			"measured in the same case carry the same cost on both sides.\n\n")
+	fmt.Fprintf(b, "Sections 1–5 are measured as users run a service: %s, GOMAXPROCS %d, loopback, %s. ",
+		pinnedOrNot(m), m.GOMAXPROCS, m.OpContext)
+	if m.ClientCPU < 0 && m.GOMAXPROCS < m.CPUs {
+		fmt.Fprintf(b, "**GOMAXPROCS %d is less than the machine's %d CPUs** (set in the environment?): these are not the "+
+			"figures users see. ", m.GOMAXPROCS, m.CPUs)
 	}
+	if run.Pinned != nil {
+		fmt.Fprintf(b, "Section 6 measures PING, sequential and throughput again pinned, in the same run.")
+	}
+	fmt.Fprintf(b, "\n\n")
+	pinningNote(b, m)
+	fmt.Fprintf(b, "Client CPU is getrusage(RUSAGE_SELF) of the whole client process and allocations are the "+
+		"runtime.MemStats Mallocs and TotalAlloc deltas of the whole process, both over the measured window; server CPU "+
+		"is the server's INFO used_cpu_sys+used_cpu_user over the same window. All three are divided by the window's "+
+		"operations (an acquire with its release, or a SET with its DEL), and all include the context each operation "+
+		"is given. ")
 	fmt.Fprintf(b, "\"Server calls\" are INFO commandstats calls, which count the commands a script runs with `redis.call` as well as "+
 		"the EVALSHA that ran it; \"client commands\" and \"round trips\" are what the client sent, counted by a go-redis hook "+
 		"(a pipeline is one round trip). The harness's own INFO and PING are left out of both.\n\n")
 }
 
-func ping(b *strings.Builder, run results.Run) {
+// pinningNote warns, for a run with client and server pinned to different
+// CPUs, that every round trip pays two cross-CPU wake-ups.
+func pinningNote(b *strings.Builder, m results.Machine) {
+	if m.ClientCPU >= 0 && m.ServerCPU >= 0 && m.ClientCPU != m.ServerCPU {
+		fmt.Fprintf(b, "With client and server pinned to different CPUs every round trip pays two cross-CPU wake-ups, "+
+			"which on a virtual machine can cost more than Redis's own work: compare the PING floor with the same "+
+			"PING with both on one CPU (`-client-cpu 1 -server-cpu 1`) before reading absolute latencies. Ratios to a floor "+
+			"measured in the same case carry the same cost on both sides.\n\n")
+	}
+}
+
+func ping(b *strings.Builder, run results.Run, title string) {
 	p := run.Ping.RTT
-	fmt.Fprintf(b, "## 1. PING floor\n\nSequential PINGs on one connection: the floor of any request.\n\n")
+	fmt.Fprintf(b, "%s\n\nSequential PINGs on one connection: the floor of any request.\n\n", title)
 	t := newTable("PINGs", "p50 µs", "p90 µs", "p99 µs", "mean µs")
 	t.add(count(p.N), num(p.P50us, 1), num(p.P90us, 1), num(p.P99us, 1), num(p.MeanUs, 1))
 	t.write(b)
 }
 
-func sequential(b *strings.Builder, run results.Run) {
-	fmt.Fprintf(b, "## 2. Uncontended acquire + release, one key, one goroutine\n\n"+
-		"Each acquire+release is followed by two PINGs on the same client, timed apart: the floor is sampled next to each "+
-		"operation (op, PING, PING, op, …). Ratio = p50 of the operation / p50 of PING+PING.\n\n")
+func sequential(b *strings.Builder, run results.Run, title string) {
+	fmt.Fprintf(b, "%s\n\n"+
+		"Each acquire+release is followed by two PINGs on the same client, under the same context, timed apart: the "+
+		"floor is sampled next to each operation (op, PING, PING, op, …). Ratio = p50 of the operation / p50 of "+
+		"PING+PING.\n\n", title)
 	t := newTable("library", "ops", "p50 µs", "p99 µs", "floor p50 µs", "p50 / floor", "p99 / floor p99", "errors")
 	for _, s := range run.Sequential {
 		t.add(s.Lib, count(s.Op.N), num(s.Op.P50us, 1), num(s.Op.P99us, 1), num(s.Floor.P50us, 1),
 			ratio(s.RatioP50), ratio(s.RatioP99), count(s.Errors))
 	}
 	t.write(b)
+	fmt.Fprintf(b, "Then, in the same case, up to %s operations more (at most %v) without the PINGs, metered: what each "+
+		"acquire+release costs.\n\n", count(run.Sizes.SeqOps), run.Sizes.SeqWindow)
+	ct := newTable("library", "ops", "client CPU µs/op", "allocs/op", "bytes/op", "server CPU µs/op", "server calls/op",
+		"round trips/op")
+	for _, s := range run.Sequential {
+		ct.add(s.Lib, count(s.CostOps), num(s.Cost.ClientCPUUs, 1), num(s.Cost.Allocs, 1), num(s.Cost.AllocBytes, 0),
+			num(s.Cost.ServerCPUUs, 1), num(s.Cost.ServerCalls, 1), num(s.Cost.RoundTrips, 2))
+	}
+	ct.write(b)
 }
 
-func throughput(b *strings.Builder, run results.Run) {
+// throughput writes the throughput section; chart, when not empty, is the
+// chart drawn from these figures.
+func throughput(b *strings.Builder, run results.Run, title, chart string) {
 	c := run.Ceiling
-	fmt.Fprintf(b, "## 3. Throughput, %d goroutines on distinct keys\n\n"+
+	fmt.Fprintf(b, "%s\n\n"+
 		"Each goroutine acquires and releases a key of its own as fast as it can, for up to %v. The ceiling: as many "+
 		"goroutines doing SET then DEL. Each library runs %d rounds, each on a fresh server, alternating with the others "+
 		"(SET+DEL, guard, redsync, redislock, raw, SET+DEL, …): the figures are the median round's (by ops/s), and "+
-		"\"vs SET+DEL\" is the median of each round's ratio to the SET+DEL round of the same turn. Client CPU is "+
-		"getrusage of the whole client process; server CPU is INFO used_cpu_sys+used_cpu_user; both per operation "+
-		"(acquire+release). With one core each, the client is the bottleneck of most rounds, so ops/s varies more "+
-		"from round to round than server CPU per op does.\n\n![server CPU per op and throughput](%s)\n\n",
-		c.Goroutines, run.Sizes.TPWindow, run.Sizes.TPRounds, ThroughputPNG)
-	t := newTable("library", "ops/s", "vs SET+DEL", "each round: ops/s (vs SET+DEL)", "client CPU µs/op", "server CPU µs/op",
-		"server calls/op", "client commands/op", "round trips/op", "errors")
+		"\"vs SET+DEL\" is the median of each round's ratio to the SET+DEL round of the same turn. CPU and allocations "+
+		"are per operation (acquire+release), over the round's window.\n\n",
+		title, run.Sizes.TPWindow, run.Sizes.TPRounds)
+	if chart != "" {
+		fmt.Fprintf(b, "![server CPU, client CPU and throughput per library](%s)\n\n", chart)
+	}
+	t := newTable("library", "ops/s", "vs SET+DEL", "each round: ops/s (vs SET+DEL)", "client CPU µs/op", "allocs/op",
+		"bytes/op", "server CPU µs/op", "server calls/op", "client commands/op", "round trips/op", "errors")
 	for _, tp := range append([]results.Throughput{c}, run.Throughput...) {
 		var each []string
 		var errs int64
@@ -104,7 +148,7 @@ func throughput(b *strings.Builder, run results.Run) {
 			errs += r.Errors
 		}
 		t.add(tp.Lib, num(tp.OpsPerSec, 0), ratio(tp.RatioToCeiling), strings.Join(each, ", "),
-			num(tp.Cost.ClientCPUUs, 1), num(tp.Cost.ServerCPUUs, 1),
+			num(tp.Cost.ClientCPUUs, 1), num(tp.Cost.Allocs, 1), num(tp.Cost.AllocBytes, 0), num(tp.Cost.ServerCPUUs, 1),
 			num(tp.Cost.ServerCalls, 1), num(tp.Cost.ClientCommands, 2), num(tp.Cost.RoundTrips, 2), count(errs))
 	}
 	t.write(b)
@@ -119,7 +163,24 @@ func throughput(b *strings.Builder, run results.Run) {
 	ct.write(b)
 }
 
+// pinned writes section 6: the pinned part's PING, sequential and
+// throughput, with its own description of the run.
+func pinned(b *strings.Builder, p results.Run) {
+	m := p.Machine
+	fmt.Fprintf(b, "## 6. Pinned: PING, sequential and throughput again\n\n"+
+		"The same run's second part, from %s: %s, GOMAXPROCS %d, %s. Command: `%s`, %.0f s.\n\n",
+		m.Date, lowerFirst(m.Pinning), m.GOMAXPROCS, m.OpContext, p.Command, p.ElapsedSec)
+	pinningNote(b, m)
+	ping(b, p, "### 6.1 PING floor, pinned")
+	sequential(b, p, "### 6.2 Uncontended acquire + release, pinned")
+	throughput(b, p, fmt.Sprintf("### 6.3 Throughput, %d goroutines on distinct keys, pinned", p.Ceiling.Goroutines), "")
+}
+
 func handoff(b *strings.Builder, run results.Run) {
+	if len(run.Handoff) == 0 {
+		fmt.Fprintf(b, "## 4. Contended hand-off, one key\n\nNot run (`%s`).\n\n", run.Command)
+		return
+	}
 	fmt.Fprintf(b, "## 4. Contended hand-off, one key\n\n"+
 		"N goroutines take turns on one key, holding it for 0 or 1 ms, for up to %v. Hand-off latency runs from a holder's "+
 		"unlock call to the lock return of a *different* goroutine (a goroutine that takes the key back itself is no "+
@@ -142,6 +203,10 @@ func handoff(b *strings.Builder, run results.Run) {
 
 func renewal(b *strings.Builder, run results.Run) {
 	s := run.Sizes
+	if len(run.Renewal) == 0 {
+		fmt.Fprintf(b, "## 5. Held locks renewed\n\nNot run (`%s`).\n\n", run.Command)
+		return
+	}
 	fmt.Fprintf(b, "## 5. %s held locks renewed for %v\n\n"+
 		"guard renews on its heartbeat (`WithTTL(%v)`, so every %v); redsync and redislock have one goroutine per lock "+
 		"calling `Extend` / `Refresh` every %v, as their users do; the raw baseline takes its locks with a TTL longer than "+
@@ -174,7 +239,13 @@ func quality(b *strings.Builder, run results.Run) {
 	t := newTable("case", "attempts", "floor before µs", "floor after µs", "own cores", "others cores", "steal cores",
 		"disturbed", "why (each disturbed attempt)")
 	t.left = []int{7, 8}
-	for _, c := range cases(run) {
+	all := cases(run)
+	if p := run.Pinned; p != nil {
+		for _, c := range cases(*p) {
+			all = append(all, namedQuality{"pinned: " + c.name, c.q})
+		}
+	}
+	for _, c := range all {
 		if len(c.q.Attempts) == 0 {
 			continue
 		}
@@ -218,4 +289,10 @@ func cases(run results.Run) []namedQuality {
 		out = append(out, namedQuality{"renewal " + r.Lib, r.Quality})
 	}
 	return out
+}
+
+// lowerFirst returns s with its first letter in lower case.
+func lowerFirst(s string) string {
+	r, n := utf8.DecodeRuneInString(s)
+	return string(unicode.ToLower(r)) + s[n:]
 }

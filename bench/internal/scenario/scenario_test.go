@@ -44,8 +44,13 @@ func checkOutputs(t *testing.T, run results.Run) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The pinned part has the same shape without hand-off and renewal.
+	pinned := back
+	pinned.Handoff, pinned.Renewal = nil, nil
+	back.Pinned = &pinned
 	md := report.Markdown(back, "make bench")
-	for _, want := range []string{"## 1. PING floor", "## 5.", "| guard |", "| redsync |", "| redislock |", "| raw |", report.HandoffPNG} {
+	for _, want := range []string{"## 1. PING floor", "## 5.", "## 6. Pinned", "### 6.3 Throughput", "| guard |", "| redsync |",
+		"| redislock |", "| raw |", "| sequential, allocs/op |", "| pinned: sequential guard |", report.HandoffPNG} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}
