@@ -19,7 +19,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -129,7 +128,7 @@ func run() error {
 }
 
 // newRunner returns a runner that logs its progress to stderr, each line
-// prefixed with the seconds since start and the part's name.
+// prefixed with the seconds since start and followed by part.
 func newRunner(s results.Sizes, serverCPU int, deadline time.Time, only *regexp.Regexp, start time.Time, part string) *scenario.Runner {
 	return &scenario.Runner{
 		Sizes:     s,
@@ -137,7 +136,7 @@ func newRunner(s results.Sizes, serverCPU int, deadline time.Time, only *regexp.
 		Deadline:  deadline,
 		Only:      only,
 		Logf: func(format string, args ...any) {
-			fmt.Fprintf(os.Stderr, "%6.1fs  %s%s\n", time.Since(start).Seconds(), part, fmt.Sprintf(format, args...))
+			fmt.Fprintf(os.Stderr, "%6.1fs  %s%s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...), part)
 		},
 	}
 }
@@ -186,7 +185,7 @@ func pinnedPart(ctx context.Context, f flags, only *regexp.Regexp, start time.Ti
 		return fmt.Errorf("pinned part: runs on %d CPUs with GOMAXPROCS %d, want CPU %d alone and GOMAXPROCS 1",
 			set.Count(), runtime.GOMAXPROCS(0), f.clientCPU)
 	}
-	r := newRunner(scenario.CostsOnly(f.sizes()), f.serverCPU, start.Add(f.budget), only, start, "pinned: ")
+	r := newRunner(scenario.CostsOnly(f.sizes()), f.serverCPU, start.Add(f.budget), only, start, " (pinned part)")
 	res, err := scenario.All(ctx, r)
 	if err != nil {
 		return err
@@ -211,7 +210,7 @@ func checkPinning(clientCPU, serverCPU int) error {
 		}
 	}
 	if _, err := exec.LookPath("taskset"); err != nil {
-		return errors.Join(fmt.Errorf("the pinned part needs taskset (util-linux); or pass -pinned=false"), err)
+		return fmt.Errorf("the pinned part needs taskset (util-linux), or pass -pinned=false: %w", err)
 	}
 	return nil
 }
