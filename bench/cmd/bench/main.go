@@ -13,7 +13,7 @@
 // sees one CPU, GOMAXPROCS 1) and starts each redis-server under `taskset -c
 // server-cpu`. The pinned figures go into the same JSON, under "pinned".
 //
-// -quick runs smaller cases (well under a minute in all); -tiny runs a
+// -quick runs smaller cases (about 45 s in all on 2 cores); -tiny runs a
 // harness check whose numbers mean nothing.
 package main
 
@@ -62,7 +62,7 @@ func parseFlags() flags {
 	flag.IntVar(&f.clientCPU, "client-cpu", 0, "CPU the client process of the pinned part runs on")
 	flag.IntVar(&f.serverCPU, "server-cpu", 1, "CPU each redis-server of the pinned part runs on")
 	flag.DurationVar(&f.budget, "budget", 4*time.Minute, "no disturbed case is re-run once this much time has passed (the unpinned part stops re-running at 3/4 of it when the pinned part follows)")
-	flag.BoolVar(&f.quick, "quick", false, "smaller cases, no renewal, no re-runs: well under a minute in all, for working on the libraries")
+	flag.BoolVar(&f.quick, "quick", false, "smaller cases, no renewal, no re-runs: about 45 s in all on 2 cores, for working on the libraries")
 	flag.BoolVar(&f.tiny, "tiny", false, "run every scenario at a tiny size (seconds), to try the harness; its numbers mean nothing")
 	flag.StringVar(&f.only, "only", "", "run only the cases whose name matches this regexp (a partial run, e.g. 'handoff .* hold=1ms')")
 	flag.Parse()

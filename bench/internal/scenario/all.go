@@ -30,8 +30,8 @@ func DefaultSizes() results.Sizes {
 
 // QuickSizes run PING, sequential and throughput at about a third of the
 // full size, and the hand-off at hold 1 ms only, for up to a second each; no
-// renewal, and no re-runs: for working on the libraries, well under a minute
-// with the pinned part. Their ratios are rougher than a full run's.
+// renewal, and no re-runs: for working on the libraries, about 45 s
+// on 2 cores with the pinned part. Their ratios are rougher than a full run's.
 func QuickSizes() results.Sizes {
 	s := DefaultSizes()
 	s.FloorPings = 100
