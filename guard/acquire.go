@@ -35,13 +35,12 @@ func (l *Locker) acquire(ctx context.Context, key string, write bool, lc lockCon
 		var err error
 		if outer != nil {
 			le, err = l.reenter(actx, outer, write, lc.permits)
-			info.Attempts = 1
 			if le != nil || err != nil {
 				info.Result = acquireResult(err)
 				return err
 			}
 			// The context's hold was released: this is a fresh acquisition.
-			info.Reentrant, info.TTL, info.Token, info.Attempts = false, lc.ttl, 0, 0
+			info.Reentrant, info.TTL, info.Token = false, lc.ttl, 0
 			if t, err = l.cfg.scaled(lc.ttl); err != nil {
 				info.Result = acquireResult(err)
 				return err
@@ -73,9 +72,13 @@ func (l *Locker) checkAcquire(ctx context.Context, key string) error {
 
 // reenter takes another lease on a hold that ctx carries, for an
 // acquisition that asks for permits. It returns (nil, nil) when that hold
-// has been released, so the caller acquires afresh. The new count reaches
-// Redis in a count update (counts.go); a re-entry that fails, or whose ctx
-// ends first, takes its lease back off the counts.
+// has been released, so the caller acquires afresh. The lease is counted in
+// the hold alone, with no round trip: only this process can re-enter its
+// own hold, and Redis keeps the hold as its outermost acquisition took it
+// (counts.go). So the answer is the hold's as this process knows it: one
+// that was lost gives its loss cause, one whose loss is not yet known (a
+// renewal will find it) is re-entered, as a job under it keeps running
+// until then.
 func (l *Locker) reenter(ctx context.Context, h *hold, write bool, permits int) (*Lease, error) {
 	h.mu.Lock()
 	if h.over.Load() || h.final {
@@ -88,36 +91,24 @@ func (l *Locker) reenter(ctx context.Context, h *hold, write bool, permits int) 
 		}
 		return nil, nil
 	}
-	if permits != h.permits {
-		h.mu.Unlock()
-		// A plain lock inside a permit would believe itself alone.
-		return nil, fmt.Errorf("%w: key %q: the context holds one of %d permits, the re-entry asks for %d", ErrPermitsDiffer, h.key, h.permits, permits)
-	}
-	if write && h.writes == 0 {
-		h.mu.Unlock()
-		return nil, fmt.Errorf("%w: key %q", ErrUpgrade, h.key)
-	}
-	h.writes, h.reads = counts(h.writes, h.reads, write, +1)
-	s := h.syncLocked(ctx)
-	h.mu.Unlock()
-
-	err := s.await(ctx, h)
+	var err error
 	switch {
-	case err != nil:
-		err = fmt.Errorf("guard: re-enter %q: %w", h.key, err)
-	case s.err != nil:
-		err = fmt.Errorf("guard: re-enter %q: %w", h.key, s.err)
-	case s.res != store.Applied:
-		cause := lostCause(h.key, s.res)
-		h.lose(cause)
-		err = cause
+	case permits != h.permits:
+		// A plain lock inside a permit would believe itself alone.
+		err = fmt.Errorf("%w: key %q: the context holds one of %d permits, the re-entry asks for %d", ErrPermitsDiffer, h.key, h.permits, permits)
+	case write && h.writes == 0:
+		err = fmt.Errorf("%w: key %q", ErrUpgrade, h.key)
+	case ctx.Err() != nil:
+		// As a fresh acquisition, a re-entry under a done ctx fails.
+		err = fmt.Errorf("guard: re-enter %q: %w", h.key, context.Cause(ctx))
 	default:
-		return newLease(h, write, true), nil
+		h.writes, h.reads = counts(h.writes, h.reads, write, +1)
 	}
-	h.mu.Lock()
-	h.dropLeaseLocked(h.obsCtx, write, h.over.Load()) // the caller gets no lease: Redis must not count it
 	h.mu.Unlock()
-	return nil, err
+	if err != nil {
+		return nil, err
+	}
+	return newLease(h, write, true), nil
 }
 
 // acquisition is one fresh acquisition: its attempts and its wait.

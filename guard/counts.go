@@ -9,15 +9,37 @@ import (
 	"github.com/jobguard/jobguard/guard/observe"
 )
 
-// A hold's lease counts live in Redis (set_counts.lua sets them, never adds
-// to them, so a retry is harmless). Every re-entry and release changes the
-// counts in the hold first, under its mutex, and then waits, no longer than
-// its context allows, for a count update that carries them: one update at a
-// time per hold, sent by a goroutine of the Locker's runner (syncCounts),
-// which carries the counts as they are when it sends. So concurrent changes
-// share one request, updates reach Redis in the order they were made, and
-// no caller ever waits on a mutex held across a request: a re-entry stuck
-// on a dead link holds up nobody else's call.
+// A hold's leases are counted in the process, under the hold's mutex: only
+// this process can re-enter its own hold, so nobody else needs the count.
+// Redis keeps each hold as one lease of its mode (serverCounts): a write
+// hold as one write lease, a read hold as one read lease. So a re-entry and
+// the release of a lease that is not the last change nothing there and
+// cost no round trip. Two changes do, since other owners see them: the end
+// of the last write lease while read leases remain (a downgrade: the hold
+// becomes a read hold, and other owners' readers may join), and the end of
+// the last lease (the final release, which frees the key after MinHold).
+// set_counts.lua sets counts, never adds to them, so a retry is harmless.
+//
+// Such a change waits, no longer than its caller's context allows, for a
+// count update that carries it: one update at a time per hold, sent by a
+// goroutine of the Locker's runner (syncCounts), which carries the counts
+// as they are when it sends. So changes made while one is on the wire
+// share the next request, updates reach Redis in the order they were made,
+// and no caller ever waits on a mutex held across a request: a release
+// stuck on a dead link holds up nobody else's call.
+
+// serverCounts returns the counts Redis keeps for a hold with writes and
+// reads leases: one lease of its strongest mode, none once the last lease
+// has ended.
+func serverCounts(writes, reads int) (int, int) {
+	switch {
+	case writes > 0:
+		return 1, 0
+	case reads > 0:
+		return 0, 1
+	}
+	return 0, 0
+}
 
 // countSync is one count update; callers wait on done for its answer.
 type countSync struct {
@@ -63,19 +85,10 @@ func (h *hold) syncCounts() {
 			return
 		}
 		h.next = nil
-		writes, reads := h.writes, h.reads
-		op := "acquire" // the round trip's name for observers
-		if writes+reads < h.sentWrites+h.sentReads {
-			op = "release"
-		}
+		writes, reads := serverCounts(h.writes, h.reads)
 		h.mu.Unlock()
 
-		s.res, s.err = h.sendCounts(s.obsCtx, writes, reads, op)
-		if s.err == nil {
-			h.mu.Lock()
-			h.sentWrites, h.sentReads = writes, reads
-			h.mu.Unlock()
-		}
+		s.res, s.err = h.sendCounts(s.obsCtx, writes, reads)
 		if writes == 0 && reads == 0 {
 			h.settleFinal(s.res, s.err)
 		}
@@ -84,8 +97,9 @@ func (h *hold) syncCounts() {
 }
 
 // sendCounts sets the hold's counts in Redis, retrying transport errors
-// for up to the request timeout. op names the round trips for observers.
-func (h *hold) sendCounts(obsCtx context.Context, writes, reads int, op string) (store.Outcome, error) {
+// for up to the request timeout. Every update ends leases (re-entries send
+// none), so observers see its round trips as releases.
+func (h *hold) sendCounts(obsCtx context.Context, writes, reads int) (store.Outcome, error) {
 	l := h.l
 	ctx, cancel := context.WithTimeout(context.Background(), h.timing.timeout)
 	defer cancel()
@@ -102,7 +116,7 @@ func (h *hold) sendCounts(obsCtx context.Context, writes, reads int, op string) 
 		res, err := await(ctx, l, func(ctx context.Context) (store.Outcome, error) {
 			return l.store.SetCounts(ctx, h.keys, a)
 		}, nil)
-		l.obs.Event(obsCtx, observe.RoundTrip, observe.Info{Op: op, Key: h.key, Name: h.name, Duration: l.clock.Now().Sub(start), Err: err})
+		l.obs.Event(obsCtx, observe.RoundTrip, observe.Info{Op: "release", Key: h.key, Name: h.name, Duration: l.clock.Now().Sub(start), Err: err})
 		if err == nil {
 			return res, nil
 		}
@@ -142,21 +156,22 @@ func (h *hold) settleFinal(res store.Outcome, err error) {
 }
 
 // dropLeaseLocked takes one lease of the given mode off the hold's counts
-// and returns the update that will carry the change, nil when none is
-// needed (a hold that ended is not sent its counts until its last lease
-// frees the key, if it is still ours). When the last lease goes, the hold
-// stops being renewed and can no longer be re-entered. h.mu is held; ctx
-// is the caller's, for observers; ended says whether the caller found the
-// hold ended, read once, since the hold can end at any moment (end does not
-// take h.mu).
+// and returns the update that will carry the change to Redis, nil when
+// none is needed: Redis's view of the hold does not change (see
+// serverCounts), or the hold has ended and this is not its last lease (the
+// last one still frees the key, if it is still ours). When the last lease
+// goes, the hold stops being renewed and can no longer be re-entered. h.mu
+// is held; ctx is the caller's, for observers; ended says whether the
+// caller found the hold ended, read once, since the hold can end at any
+// moment (end does not take h.mu).
 func (h *hold) dropLeaseLocked(ctx context.Context, write, ended bool) *countSync {
+	w, r := serverCounts(h.writes, h.reads)
 	h.writes, h.reads = counts(h.writes, h.reads, write, -1)
 	final := h.writes == 0 && h.reads == 0
 	if final {
 		h.final = true
 		h.l.hb.remove(h) // no renewal is sent after the final update
-	}
-	if ended && !final {
+	} else if nw, nr := serverCounts(h.writes, h.reads); ended || nw == w && nr == r {
 		return nil
 	}
 	return h.syncLocked(ctx)

@@ -42,11 +42,18 @@
 //
 // Reentrant through the context: a context handed out with a hold (the
 // WithLock job's, or Lease.Context) re-enters that hold on the same Locker
-// at once and keeps its fencing token; the hold counts live in Redis and the
-// key is freed when the outermost lease ends. A write hold may take a read
-// lease (a downgrade); a read hold asking for a write lease gets ErrUpgrade
-// at once instead of a deadlock. Identity comes from the context, never from
-// the goroutine.
+// at once and keeps its fencing token; the key is freed when the outermost
+// lease ends. Only this process can re-enter its own hold, so its leases
+// are counted in the process and a re-entry, and the release of a lease
+// that is not the hold's last, cost no round trip: Redis keeps the hold as
+// one lease of its mode. A write hold may take a read lease (a downgrade);
+// when its last write lease ends while read leases remain, a round trip
+// makes it a read hold in Redis, so other owners' readers may join. A read
+// hold asking for a write lease gets ErrUpgrade at once instead of a
+// deadlock. A re-entry answers from what this process knows of the hold: a
+// hold known to be lost gives its loss cause, and a loss that the next
+// renewal will find (a force-release, say) is not seen before it. Identity
+// comes from the context, never from the goroutine.
 //
 // Waiting without polling: a waiter sleeps until a release is published on
 // the lock's channel (one subscription per Locker; on Cluster, one per
@@ -137,7 +144,7 @@
 // server. So the job is told to stop before another owner could hold a
 // majority. A renewal does not take the key on a master that lost or never
 // got the hold (one that granted it too late to count does hold it): a
-// lease held by just a majority is lost when one of those masters fails. Releases and re-entries count on a majority too: an answer is
+// lease held by just a majority is lost when one of those masters fails. Releases count on a majority too: an answer is
 // never taken as applied on fewer than a majority. Reentrancy, read-write
 // leases, MinHold, waiting and Close are those of one server, with one
 // difference in waiting: a release does not grant the key to a waiter (one
@@ -172,8 +179,8 @@
 //
 // Cost: a fresh acquisition is two round trips, each to every master in
 // parallel: acquire, and the token's write-back, because the masters' tokens
-// nearly always differ (each counter is floored by its own clock). A release,
-// a re-entry and a renewal are one. On 3 masters an uncontended acquisition
+// nearly always differ (each counter is floored by its own clock). A release
+// and a renewal are one; a re-entry, none. On 3 masters an uncontended acquisition
 // and release of a free key sent 8 script calls and ran 48 commands over
 // the masters (2 of those calls write the token back), against 2 and 14 on
 // one server, and took 2 to 2.6 times as long on loopback

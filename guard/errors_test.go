@@ -141,15 +141,16 @@ func TestWrongTypeNamesTheKeyEverywhere(t *testing.T) {
 		}
 	}
 
-	// Release and re-entry of a hold whose key became a string.
+	// A hold whose key became a string: its next renewal finds it, and a
+	// re-entry then (it sends nothing) gives the loss's cause.
 	le := mustAcquire(t, t.Context(), l, "swapped")
 	if err := admin.Set(t.Context(), "guard:{swapped}", "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := l.Acquire(le.Context(), "swapped")
-	check("re-entry", err, "guard:{swapped}", " string")
 	<-le.Context().Done() // the next renewal finds a string: lost
 	check("the lost lease's cause", context.Cause(le.Context()), "guard:{swapped}", " string")
+	_, err := l.Acquire(le.Context(), "swapped")
+	check("re-entry", err, "guard:{swapped}", " string")
 
 	// Claims.
 	if err := admin.RPush(t.Context(), "guard:{tick}:claim", "x").Err(); err != nil {

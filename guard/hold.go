@@ -36,17 +36,15 @@ type hold struct {
 
 	// mu guards the counts and their updates (counts.go); it is never held
 	// across a request.
-	mu         sync.Mutex
-	writes     int                   // write leases held
-	reads      int                   // read leases held
-	final      bool                  // the last lease was released: no re-entry
-	next       *countSync            // the update that will carry the counts, if one is due
-	syncing    bool                  // an update is being sent
-	sentWrites int                   // the write count Redis last confirmed
-	sentReads  int                   // the read count Redis last confirmed
-	over       atomic.Bool           // released or lost: see end
-	cause      atomic.Pointer[error] // why it ended: &ended, once end has set it
-	ended      error                 // written once, by the end call that set over
+	mu      sync.Mutex
+	writes  int                   // write leases held, re-entries included
+	reads   int                   // read leases held, re-entries included
+	final   bool                  // the last lease was released: no re-entry
+	next    *countSync            // the update that will carry the counts, if one is due
+	syncing bool                  // an update is being sent
+	over    atomic.Bool           // released or lost: see end
+	cause   atomic.Pointer[error] // why it ended: &ended, once end has set it
+	ended   error                 // written once, by the end call that set over
 
 	// Heartbeat state, guarded by the heartbeat's mutex.
 	leaseEnd  time.Time // safe end of the lease (timing.safeEnd of the last confirmed request)
@@ -68,7 +66,6 @@ func (l *Locker) newHold(a *acquisition, token int64, sent time.Time) (*Lease, e
 	h.obsCtx = context.WithoutCancel(a.parent)
 	h.ctx, h.cancel = context.WithCancelCause(withHold(h.obsCtx, h))
 	h.writes, h.reads = counts(0, 0, a.args.Write, +1)
-	h.sentWrites, h.sentReads = h.writes, h.reads
 	l.mu.Lock()
 	if l.isClosed() {
 		l.mu.Unlock()

@@ -45,12 +45,15 @@ type Holder struct {
 	// Identity names who took the hold (WithIdentity); "" for a hold taken
 	// by a version of this package that did not record one.
 	Identity string
-	// Write reports a write hold (which may also count read leases, taken
-	// by a downgrade), as every permit is; false for a read hold.
+	// Write reports a write hold, as every permit is (its holder may also
+	// hold read leases, taken by a downgrade); false for a read hold.
 	Write bool
-	// Writes and Reads count the leases on the hold: 1 and 0 for a plain
-	// write hold, more when re-entered. Both are 0 for a hold that was
-	// released and is kept only until its MinHold ends.
+	// Writes and Reads are the hold's lease counts as Redis keeps them: one
+	// lease of the hold's mode, Writes 1 for a write hold and Reads 1 for a
+	// read hold (a write hold becomes one when its last write lease ends
+	// while read leases remain). Re-entries are counted in the holder's
+	// process, not here. Both are 0 for a hold that was released and is
+	// kept only until its MinHold ends.
 	Writes, Reads int
 	// Token is the hold's fencing token.
 	Token int64

@@ -41,9 +41,16 @@ func (le *Lease) Context() context.Context { return le.ctx }
 // before it returns. It returns ErrNotHeld if the lease was already released,
 // has expired, or is now held by another owner; the message tells which.
 //
-// Release waits for Redis's answer until ctx is done, and then returns
-// ctx's error while the release goes on without it (bounded by the request
-// timeout); a key whose release does not land expires within its TTL. The
+// Only the release of the hold's last lease goes to Redis, and that of its
+// last write lease while read leases remain (Redis then makes it a read
+// hold). Any other lease (a re-entry's, or the outer one while re-entries
+// go on) is released in the process at once, with no round trip; it
+// returns ErrNotHeld, with the cause, for a hold known to be lost.
+//
+// A release that goes to Redis waits for the answer until ctx is done, and
+// then returns ctx's error while the release goes on without it (bounded by
+// the request timeout); a key whose release does not land expires within
+// its TTL. The
 // request itself runs detached from ctx's cancellation, and a ctx that is
 // already done when Release is called (a deferred Release after shutdown
 // canceled the job's context) waits for the answer up to the request

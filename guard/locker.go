@@ -107,8 +107,9 @@ func isNil(c redis.UniversalClient) bool {
 
 // Acquire acquires a write lease on key and returns it with its heartbeat
 // already running. If ctx carries a hold on key from this Locker, Acquire
-// re-enters it at once (keeping its fencing token), or returns ErrUpgrade if
-// that hold is read-only. Otherwise it waits for the key as Wait says (by
+// re-enters it at once, with no round trip (keeping its fencing token), or
+// returns ErrUpgrade if that hold is read-only, or the loss's cause if the
+// hold is known to be lost. Otherwise it waits for the key as Wait says (by
 // default until ctx is done) and fails with ErrNotAcquired. The caller must
 // Release the lease.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lease, error) {

@@ -20,11 +20,13 @@ func (l *Locker) release(ctx context.Context, le *Lease) error {
 	})
 }
 
-// releaseLease takes le's lease off its hold's counts, in Redis through a
-// count update (counts.go); the last lease frees the key (after MinHold),
-// and the update's sender ends the hold when Redis answers. It waits for
-// the answer until ctx is done: the update goes on without the caller, and
-// a key whose release does not land expires within its TTL.
+// releaseLease takes le's lease off its hold's counts (counts.go). A lease
+// that is not the hold's last is counted off in the process alone, unless
+// it is the last write lease beside read leases: Redis then makes the hold
+// a read hold. The last lease frees the key (after MinHold), and the
+// update's sender ends the hold when Redis answers. A release that goes to
+// Redis waits for the answer until ctx is done: the update goes on without
+// the caller, and a key whose release does not land expires within its TTL.
 func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 	h := le.h
 	h.mu.Lock()
@@ -33,6 +35,9 @@ func (l *Locker) releaseLease(ctx context.Context, le *Lease) error {
 	h.mu.Unlock()
 	if ended {
 		return l.releaseEnded(ctx, h, s)
+	}
+	if s == nil {
+		return nil // Redis keeps the hold as it was
 	}
 	if err := s.await(ctx, h); err != nil {
 		return fmt.Errorf("guard: release %q: %w; the release goes on without waiting, and the key expires within its TTL if it does not land", h.key, err)

@@ -91,7 +91,7 @@
 //	    "identity": "web-1/4242",    guard.WithIdentity of the holder ("" if not recorded)
 //	    "owner": "Q2M...",           the hold's owner id
 //	    "mode": "write",             "write" or "read"
-//	    "writes": 1, "reads": 0,     leases on the hold (re-entries count)
+//	    "writes": 1, "reads": 0,     1 in the hold's mode: its re-entries are counted in its process, not in Redis
 //	    "left_ms": 29812,            until the hold expires unless renewed (-1: never)
 //	    "token": 1761234567890123,   its fencing token
 //	    "min_hold_ms": 0,            until its MinHold ends (0: none or passed)
