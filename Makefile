@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: test redis fmt-check vet bench servercost chaos
+.PHONY: test test-servers redis fmt-check vet bench servercost chaos
 
 # The suite runs under internal/cmd/testsummary, which runs go test -json
 # and prints a line per package as it finishes and the whole output of
@@ -17,6 +17,30 @@ TESTJSON ?=
 test: redis fmt-check vet
 	$(GO) run ./internal/cmd/testsummary -go '$(GO)' $(if $(TESTJSON),-json-out '$(TESTJSON)') \
 		-- -race -count=1 -timeout 15m ./...
+
+# The behaviours that depend on the server, against every other build of
+# redis-server found in SERVERS (a folder per build, each holding
+# redis-server and redis-cli: ../shared/servers on the project's machines),
+# as test does against the one on PATH: the conformance suite (acquire,
+# release, re-entry, read-write, waiting, fencing on standalone, Sentinel,
+# Cluster and Redlock quorums), grants, permits, the scripts' own tests and
+# the Redis fence. About a minute per build on 2 cores. With no builds
+# there, it says so and passes: the Debian server is covered by test.
+SERVERS ?= ../shared/servers
+SERVER_TESTS_GUARD = ^(TestConformance|TestReleaseGrantsKeyToWaiter|TestGrantsFollowQueueOrder|TestGrantKeepsMinHold|TestWaitingReadersJoinAfterRelease|TestGrantToDeadWaiterExpires|TestPermit.*|TestReleasePublishesOnlyWhenSomebodyWaits|TestReentryCostsNoRoundTrip|TestWrongTypeNamesTheKeyEverywhere|TestOddFencingCounterRefused|TestClaimFenced.*|TestReleaseTellsExpiredFromTaken)$$
+SERVER_TESTS_FENCE = ^TestRedis
+
+test-servers: redis
+	@found=0; \
+	for dir in $(SERVERS)/*/; do \
+		[ -x "$$dir/redis-server" ] || continue; \
+		found=1; bin="$$(cd "$$dir" && pwd)"; \
+		echo "=== $$("$$bin/redis-server" --version) ($$bin)"; \
+		PATH="$$bin:$$PATH" $(GO) test -race -count=1 -timeout 10m -run '$(SERVER_TESTS_GUARD)' ./guard/ || exit 1; \
+		PATH="$$bin:$$PATH" $(GO) test -race -count=1 -timeout 10m ./guard/internal/redisstore/ || exit 1; \
+		PATH="$$bin:$$PATH" $(GO) test -race -count=1 -timeout 10m -run '$(SERVER_TESTS_FENCE)' ./fence/ || exit 1; \
+	done; \
+	if [ $$found = 0 ]; then echo "test-servers: no redis-server builds in $(SERVERS); nothing to run"; fi
 
 # Tests start their own redis-server on free loopback ports; they only need
 # the binary on PATH. When installing, we stop and disable the service the
