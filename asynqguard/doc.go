@@ -23,9 +23,18 @@
 //
 // asynq's Concurrency bounds the handlers of one server; Limit(n) bounds
 // the tasks of one key across the whole fleet. Each running task holds one
-// of the key's n permits (guard.Permits): a task that finds all n taken is
-// busy, handled as below. Give each handler its own limit with a
-// middleware around it, and pass the pattern it is registered under:
+// of the key's n permits (guard.Permits). A task that finds all n taken
+// waits for one in its worker, in line: a release grants the permit to the
+// task that has waited longest, which starts at once. The wait is bounded,
+// by default by 10s or a tenth of the time left before the task's
+// deadline, whichever is less (WaitFor sets it; WaitFor(0) does not
+// wait); a task still busy then is handled as below. So a backlog of a
+// limited handler drains at the pace its permits free, not at the pace of
+// asynq's retry set, at the price of workers held while they wait: on a
+// server that also runs other handlers, give the limited one a queue or
+// server of its own, or a shorter WaitFor. Give each handler its own limit
+// with a middleware around it, and pass the pattern it is registered
+// under:
 //
 //	mux.Handle("report:export", asynqguard.Middleware(locker,
 //		asynqguard.Limit(2), asynqguard.Pattern("report:export"))(exportHandler))
@@ -52,7 +61,7 @@
 // back-off and counts each busy attempt. Either way no task is dropped
 // silently. Skip, Revoke and Archive drop, delete or archive the duplicate
 // instead; WaitFor waits for the key first, and starts the moment it is
-// released. An asynq.ErrorHandler sees busy errors too: filter them with
+// released (under Limit the Retry policy waits by default, see above). An asynq.ErrorHandler sees busy errors too: filter them with
 // errors.Is(err, asynqguard.ErrBusy).
 //
 // Busy retries of one key are logged at Info once a minute, not at every

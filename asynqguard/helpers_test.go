@@ -71,8 +71,19 @@ const taskPrefix = "test:"
 // to h. It is shut down when the test ends, before its Locker is closed.
 func startServer(t *testing.T, srv *redistest.Server, cfg asynq.Config, lopts []guard.Option, mopts []asynqguard.Option, h asynq.HandlerFunc) {
 	t.Helper()
+	startServerWith(t, srv, cfg, lopts, nil, mopts, h)
+}
+
+// startServerWith is startServer with outer, when not nil, installed
+// around the middleware.
+func startServerWith(t *testing.T, srv *redistest.Server, cfg asynq.Config, lopts []guard.Option, outer asynq.MiddlewareFunc,
+	mopts []asynqguard.Option, h asynq.HandlerFunc) {
+	t.Helper()
 	l := newLocker(t, srv, lopts...)
 	mux := asynq.NewServeMux()
+	if outer != nil {
+		mux.Use(outer)
+	}
 	mux.Use(asynqguard.Middleware(l, mopts...))
 	mux.Handle(taskPrefix, h)
 	s := asynq.NewServer(asynq.RedisClientOpt{Addr: srv.Addr()}, cfg)
@@ -273,3 +284,35 @@ func (l testLogger) Error(args ...any) { l.t.Log(append([]any{"asynq ERROR:"}, a
 func (l testLogger) Fatal(args ...any) { l.t.Error(append([]any{"asynq FATAL:"}, args...)...) }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// waits records how long tasks waited in the middleware before their
+// handler started: its outer middleware notes when a task enters, the
+// handler calls started.
+type waits struct {
+	mu      sync.Mutex
+	longest time.Duration
+}
+
+type enteredKey struct{}
+
+func (w *waits) outer(next asynq.Handler) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		return next.ProcessTask(context.WithValue(ctx, enteredKey{}, time.Now()), t)
+	})
+}
+
+func (w *waits) started(ctx context.Context) {
+	at, ok := ctx.Value(enteredKey{}).(time.Time)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.longest = max(w.longest, time.Since(at))
+}
+
+func (w *waits) max() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.longest
+}

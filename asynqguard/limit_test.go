@@ -35,34 +35,52 @@ func (r *running) enter() func() {
 
 // TestLimitFleet: three servers with 4 workers each run 30 tasks of one type
 // under Limit(2): never more than 2 at once across the fleet, both permits
-// used, every task exactly once, and the busy retries spend no retry and
-// count no failure.
+// used, every task exactly once, and no retry spent and no failure counted.
+// With Limit's defaults the tasks that find both permits taken wait for one
+// in their workers (none goes to the retry set); with WaitFor(0) they are
+// busy at once and retried, as before the default wait.
 func TestLimitFleet(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []asynqguard.Option
+		wait bool // busy tasks wait for a permit rather than being retried
+	}{
+		{name: "defaults", wait: true},
+		{name: "WaitFor(0)", opts: []asynqguard.Option{asynqguard.WaitFor(0)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testLimitFleet(t, tc.opts, tc.wait) })
+	}
+}
+
+func testLimitFleet(t *testing.T, opts []asynqguard.Option, wait bool) {
 	srv := redistest.Start(t)
 	const (
 		queue = "limit"
 		tasks = 30
 		limit = 2
+		work  = 150 * time.Millisecond
 	)
 	c, in := newClient(t, srv)
 	var ids []string
 	for i := range tasks {
 		ids = append(ids, enqueue(t, c, taskPrefix+"export", fmt.Appendf(nil, "%d", i), asynq.Queue(queue), asynq.MaxRetry(3)))
 	}
-	tr, busy, run := newTracker(), newBusyCounter(), &running{}
+	tr, busy, run, waited := newTracker(), newBusyCounter(), &running{}, &waits{}
 	cfg := testConfig(t, queue)
 	cfg.ErrorHandler = busy
 	h := func(ctx context.Context, task *asynq.Task) error {
+		waited.started(ctx)
 		defer tr.enter(ctx, string(task.Payload()))()
 		defer run.enter()()
-		time.Sleep(150 * time.Millisecond)
+		time.Sleep(work)
 		return nil
 	}
 	// A short TTL: a busy task's retry comes after the first holder's
 	// lease could end (at most 1s here) plus 0.5-1.5s.
 	lopts := []guard.Option{guard.WithTTL(time.Second)}
+	mopts := append([]asynqguard.Option{asynqguard.Limit(limit), asynqguard.Pattern(taskPrefix)}, opts...)
 	for range 3 {
-		startServer(t, srv, cfg, lopts, []asynqguard.Option{asynqguard.Limit(limit), asynqguard.Pattern(taskPrefix)}, h)
+		startServerWith(t, srv, cfg, lopts, waited.outer, mopts, h)
 	}
 	start := time.Now()
 	waitFor(t, 90*time.Second, "every task processed", func() bool {
@@ -74,8 +92,8 @@ func TestLimitFleet(t *testing.T) {
 	peak := run.peak
 	run.mu.Unlock()
 	nbusy, other := busy.total()
-	t.Logf("%d tasks of %v on 3 servers × 4 workers with Limit(%d): done in %v, peak %d running, %d busy retries",
-		tasks, 150*time.Millisecond, limit, took.Round(time.Millisecond), peak, nbusy)
+	t.Logf("%d tasks of %v on 3 servers × 4 workers with Limit(%d): done in %v, peak %d running, %d busy retries, longest wait in a worker %v",
+		tasks, work, limit, took.Round(time.Millisecond), peak, nbusy, waited.max().Round(time.Millisecond))
 	if peak > limit {
 		t.Errorf("%d tasks ran at once, want at most %d", peak, limit)
 	}
@@ -92,7 +110,12 @@ func TestLimitFleet(t *testing.T) {
 			t.Errorf("task %s ran with retry counts %v, want 0: a busy retry was counted", id, tr.retried[id])
 		}
 	}
-	if nbusy == 0 {
+	switch {
+	case wait && nbusy != 0:
+		t.Errorf("%d busy retries, want none: with Limit's defaults a busy task waits for a permit", nbusy)
+	case wait && waited.max() < work:
+		t.Errorf("no task waited in its worker as long as a handler runs (longest %v): the limit was never met, the test proves nothing", waited.max())
+	case !wait && nbusy == 0:
 		t.Errorf("no busy retry: the limit was never met, the test proves nothing")
 	}
 	if len(other) > 0 {
@@ -128,7 +151,8 @@ func TestLimitOptions(t *testing.T) {
 	})
 	pattern := asynqguard.Pattern("report:export")
 	for _, typ := range []string{"report:export", "report:export:1"} {
-		err := asynqguard.Middleware(l, asynqguard.Limit(2), pattern)(h).ProcessTask(t.Context(), asynq.NewTask(typ, []byte("a")))
+		// WaitFor(0): busy at once, rather than after Limit's default wait.
+		err := asynqguard.Middleware(l, asynqguard.Limit(2), pattern, asynqguard.WaitFor(0))(h).ProcessTask(t.Context(), asynq.NewTask(typ, []byte("a")))
 		if !errors.Is(err, asynqguard.ErrBusy) {
 			t.Errorf("third %q task of a handler limited to 2: err = %v, want ErrBusy", typ, err)
 		}
@@ -208,7 +232,8 @@ func TestLimitValidation(t *testing.T) {
 // task whose type starts with a pattern to the handler registered under it,
 // so tasks of "report:export:1" run the "report:export" handler. Under
 // Limit(1) with Pattern, two servers with 4 workers each never run two of
-// them at once, whatever their type suffix.
+// them at once, whatever their type suffix; the tasks that find the key
+// taken wait for it (Limit's default) rather than being retried.
 func TestLimitHoldsForEveryTypeTheHandlerRuns(t *testing.T) {
 	srv := redistest.Start(t)
 	const (
@@ -222,10 +247,11 @@ func TestLimitHoldsForEveryTypeTheHandlerRuns(t *testing.T) {
 			ids = append(ids, enqueue(t, c, typ, fmt.Appendf(nil, "%d", i), asynq.Queue(queue), asynq.MaxRetry(3)))
 		}
 	}
-	tr, busy, run := newTracker(), newBusyCounter(), &running{}
+	tr, busy, run, waited := newTracker(), newBusyCounter(), &running{}, &waits{}
 	cfg := testConfig(t, queue)
 	cfg.ErrorHandler = busy
 	h := asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		waited.started(ctx)
 		defer tr.enter(ctx, task.Type())()
 		defer run.enter()()
 		time.Sleep(150 * time.Millisecond)
@@ -234,7 +260,7 @@ func TestLimitHoldsForEveryTypeTheHandlerRuns(t *testing.T) {
 	for range 2 {
 		l := newLocker(t, srv, guard.WithTTL(time.Second))
 		mux := asynq.NewServeMux()
-		mux.Handle(pattern, asynqguard.Middleware(l, asynqguard.Limit(1), asynqguard.Pattern(pattern))(h))
+		mux.Handle(pattern, waited.outer(asynqguard.Middleware(l, asynqguard.Limit(1), asynqguard.Pattern(pattern))(h)))
 		s := asynq.NewServer(asynq.RedisClientOpt{Addr: srv.Addr()}, cfg)
 		if err := s.Start(mux); err != nil {
 			t.Fatalf("asynq server start: %v", err)
@@ -248,12 +274,16 @@ func TestLimitHoldsForEveryTypeTheHandlerRuns(t *testing.T) {
 	peak := run.peak
 	run.mu.Unlock()
 	nbusy, other := busy.total()
-	t.Logf("%d tasks of 4 types under pattern %q: peak %d running, %d busy retries", len(ids), pattern, peak, nbusy)
+	t.Logf("%d tasks of 4 types under pattern %q: peak %d running, %d busy retries, longest wait in a worker %v",
+		len(ids), pattern, peak, nbusy, waited.max().Round(time.Millisecond))
 	if peak != 1 {
 		t.Errorf("%d tasks routed to the %q handler ran at once, want 1 under Limit(1)", peak, pattern)
 	}
-	if nbusy == 0 {
-		t.Errorf("no busy retry: the limit was never met, the test proves nothing")
+	if waited.max() < 150*time.Millisecond {
+		t.Errorf("no task waited in its worker as long as a handler runs (longest %v): the limit was never met, the test proves nothing", waited.max())
+	}
+	if nbusy != 0 {
+		t.Errorf("%d busy retries, want none: with Limit's defaults a busy task waits for the key", nbusy)
 	}
 	if len(other) > 0 {
 		t.Errorf("errors other than busy: %v", other)

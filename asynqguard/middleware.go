@@ -22,7 +22,8 @@ const doneTimeout = 5 * time.Second
 // equal keys never run at the same time on any server using the same Redis
 // (or, with Limit(n), at most n of them).
 // A task whose key is busy is handled as the busy policy says (Retry by
-// default). It validates every option and returns an error matching
+// default); under Limit it first waits for a permit, 10s at most by
+// default (WaitFor). It validates every option and returns an error matching
 // guard.ErrInvalid when one does not fit.
 //
 // The handler's context is canceled when the lease is lost (cause matching
@@ -141,18 +142,10 @@ func (m *middleware) process(ctx context.Context, t *asynq.Task, next asynq.Hand
 	return m.notRun(ctx, key, err, attrs)
 }
 
-// deadlineMargin is how long before the task's deadline a wait for a busy
-// key gives up, so that the task ends busy (no retry spent) rather than by
-// its deadline (a failure).
-const deadlineMargin = 500 * time.Millisecond
-
-// waitBefore is the WaitFor budget, cut short to end before the task's deadline.
+// waitBefore is the task's wait budget for a busy key (config.waitBudget).
 func (m *middleware) waitBefore(ctx context.Context) time.Duration {
-	wait := m.cfg.wait
-	if dl, ok := ctx.Deadline(); ok {
-		wait = min(wait, max(0, time.Until(dl)-deadlineMargin))
-	}
-	return wait
+	dl, ok := ctx.Deadline()
+	return m.cfg.waitBudget(time.Now(), dl, ok)
 }
 
 // lastAttempt reports whether asynq would archive the task on any error.

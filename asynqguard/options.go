@@ -35,7 +35,7 @@ func (p policy) String() string {
 type config struct {
 	key      func(context.Context, *asynq.Task) (string, error)
 	policy   policy
-	wait     time.Duration
+	wait     time.Duration // with waitSet; else the default, see waitBudget
 	doneTTL  time.Duration
 	ttl      time.Duration // 0: the Locker's TTL
 	fenceTTL time.Duration // 0: fencing counters never expire
@@ -43,7 +43,7 @@ type config struct {
 	pattern  string        // the handler's ServeMux pattern, the key under Limit
 	logger   *slog.Logger
 
-	doneSet, ttlSet, keySet, fenceSet, limitSet, patternSet bool
+	doneSet, ttlSet, keySet, fenceSet, limitSet, patternSet, waitSet bool
 }
 
 // KeyFunc sets how a task's lock key is derived. Tasks with equal keys never
@@ -81,9 +81,11 @@ const defaultFenceTTL = 24 * time.Hour
 // so that asynq retries it later. Wire IsFailure and RetryDelay into
 // asynq.Config and the retry comes soon and spends none of the task's
 // retries; without them asynq retries on its own back-off and counts each
-// busy attempt as a failure. A task with no retry left (MaxRetry(0), or all
-// spent on failures), which asynq would archive on any error, waits for the
-// key instead, until its context ends. This is the default busy policy.
+// busy attempt as a failure. Under Limit a busy task first waits a while
+// for a permit (see WaitFor), and only a task still busy then is retried.
+// A task with no retry left (MaxRetry(0), or all spent on failures), which
+// asynq would archive on any error, waits for the key instead, until its
+// context ends. This is the default busy policy.
 func Retry() Option { return func(c *config) { c.policy = policyRetry } }
 
 // Skip makes a task whose key is busy succeed without running: the
@@ -111,8 +113,13 @@ func Archive() Option { return func(c *config) { c.policy = policyArchive } }
 // asynq's per-server Concurrency is not. Each running task holds one of
 // the key's n permits (guard.Permits), renewed while its handler runs and
 // freed within the TTL if its server crashes. A task that finds all n
-// taken is busy and the busy policy applies (by default it is retried
-// soon without spending a retry; WaitFor waits for a permit first).
+// taken waits for one, in line with the other waiting tasks of the key:
+// the release of a permit grants it to the task that has waited longest,
+// which starts without a further round trip. The wait is bounded (see
+// WaitFor: by default up to 10s, less near the task's deadline) and holds
+// an asynq worker while it lasts; a task still busy after it gets the busy
+// policy (by default it is retried soon without spending a retry).
+// WaitFor(0) gives every busy task straight to the busy policy instead.
 // Every middleware and server that runs tasks of one key must give
 // the same n: a task whose key is held under another limit fails with an
 // error matching guard.ErrPermitsDiffer, and asynq retries it on its own
@@ -148,9 +155,51 @@ func Pattern(p string) Option {
 
 // WaitFor makes a task wait up to d for a busy key before the busy policy
 // applies, ending half a second before the task's deadline so that a busy
-// task ends busy (no retry spent) rather than by its deadline. Default: 0,
-// try once, so a busy task frees its worker at once. Must be >= 0.
-func WaitFor(d time.Duration) Option { return func(c *config) { c.wait = d } }
+// task ends busy (no retry spent) rather than by its deadline. A waiting
+// task holds its asynq worker; it starts the moment the key is released
+// to it (under Limit, the moment a permit is: releases grant permits to
+// the longest waiting task first). WaitFor(0) tries once, so a busy task
+// frees its worker at once.
+// Default: under Limit with the Retry policy, 10s, or a tenth of the time
+// left before the task's deadline when that is less (asynq's default
+// Timeout, 30 minutes, gives 10s; Timeout(30s) gives 3s), so that a task
+// given a permit late keeps most of its time to run. A permit usually
+// frees sooner than asynq's retry set would bring the task back (it is
+// checked every 5s by default). Otherwise 0: a busy key without Limit is a
+// duplicate, whose holder may run for hours, and Skip, Revoke and Archive
+// act on a busy task at once.
+// Must be >= 0.
+func WaitFor(d time.Duration) Option { return func(c *config) { c.wait, c.waitSet = d, true } }
+
+// The default wait for a permit under Limit (see WaitFor): the time left
+// before the task's deadline divided by limitWaitShare, at most
+// limitWaitMax.
+const (
+	limitWaitMax   = 10 * time.Second
+	limitWaitShare = 10
+)
+
+// deadlineMargin is how long before the task's deadline a wait for a busy
+// key gives up, so that the task ends busy (no retry spent) rather than by
+// its deadline (a failure).
+const deadlineMargin = 500 * time.Millisecond
+
+// waitBudget is how long a task that starts at now, with the deadline dl
+// when hasDeadline, waits for a busy key: WaitFor's d, or the default under
+// Limit, cut short to end deadlineMargin before the deadline.
+func (c *config) waitBudget(now, dl time.Time, hasDeadline bool) time.Duration {
+	wait := c.wait
+	if !c.waitSet && c.limitSet && c.policy == policyRetry {
+		wait = limitWaitMax
+		if hasDeadline {
+			wait = min(wait, dl.Sub(now)/limitWaitShare)
+		}
+	}
+	if hasDeadline {
+		wait = min(wait, dl.Sub(now)-deadlineMargin)
+	}
+	return max(wait, 0)
+}
 
 // DoneTTL records, when the handler returns nil, that the task's key is
 // done, for d (guard.Locker.Claim, beside the lock). A task with that key
