@@ -349,3 +349,51 @@ func TestFailedAcquisitionMarksTheRun(t *testing.T) {
 		t.Error("a run that never acquired carries a fencing token")
 	}
 }
+
+// A release that finds the lease gone marks its own span.
+func TestFailedReleaseMarksTheReleaseSpan(t *testing.T) {
+	r := newRig(t)
+	admin := redis.NewClient(&redis.Options{Addr: r.addr})
+	defer admin.Close()
+	le, err := r.locker.Acquire(t.Context(), "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Del(t.Context(), "guard:{gone}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := le.Release(t.Context()); !errors.Is(err, guard.ErrNotHeld) {
+		t.Fatalf("release err = %v, want ErrNotHeld", err)
+	}
+	rel := r.ended("jobguard.lock.release")
+	if len(rel) != 1 {
+		t.Fatalf("%d release spans, want 1", len(rel))
+	}
+	if v, _ := attr(rel[0], "error.type"); rel[0].Status().Code != codes.Error || v.AsString() != "not_held" {
+		t.Errorf("release status %v, error.type %q; want Error, not_held", rel[0].Status(), v.AsString())
+	}
+	if v, _ := attr(rel[0], "jobguard.lock.key"); v.AsString() != "gone" {
+		t.Errorf("release key attribute = %q, want gone (not inside a run)", v.AsString())
+	}
+}
+
+// Every attribute given with guard.Attrs reaches the run span, however many.
+func TestManyAttrsReachTheRunSpan(t *testing.T) {
+	r := newRig(t)
+	var given []slog.Attr
+	for _, k := range []string{"a", "b", "c", "d", "e"} {
+		given = append(given, slog.String("test."+k, k))
+	}
+	if err := r.locker.WithLock(t.Context(), "attrs", func(context.Context) error { return nil }, guard.Attrs(given...)); err != nil {
+		t.Fatal(err)
+	}
+	run := r.ended("jobguard.run")[0]
+	for _, a := range given {
+		if v, _ := attr(run, a.Key); v.AsString() != a.Value.String() {
+			t.Errorf("%s = %q, want %q", a.Key, v.AsString(), a.Value.String())
+		}
+	}
+	if v, _ := attr(run, "jobguard.lock.key"); v.AsString() != "attrs" {
+		t.Errorf("key attribute = %q", v.AsString())
+	}
+}
