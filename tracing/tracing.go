@@ -279,20 +279,24 @@ var (
 	holdBuckets      = []float64{0.001, 0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600}
 )
 
-// phase is what Begin leaves in the context for End. It is that context
-// too: the tracer's, with the phase as a value, in one allocation where
-// context.WithValue would take a second.
+// phase is what Begin leaves in the context of a Run or an Acquire for End
+// and for the phases inside a run. It is that context too: the tracer's,
+// with the phase as a value, in one allocation where context.WithValue
+// would take a second. A Release begins no phase: its End needs only the
+// span, which the tracer's context carries.
 type phase struct {
 	context.Context // the tracer's context, carrying span
 	span            trace.Span
 	start           time.Time // Acquire only, for its duration
 	run             bool
 	key             string
-	// end holds the attributes End sets, so that setting them allocates
-	// nothing more. Written once, by End.
-	end [4]attribute.KeyValue
-	// opts holds Begin's start options when it has attributes to give.
-	opts [2]trace.SpanStartOption
+	// attrs holds the attributes Begin gives the span, then those End sets,
+	// so that neither allocates more. Reusing it is safe: Start options
+	// are read only through trace.NewSpanStartConfig, which copies their
+	// attributes, so the tracer keeps none of the array. Its length covers
+	// the run span's three and the adapters' guard.Attrs (at most three).
+	attrs [6]attribute.KeyValue
+	opts  [2]trace.SpanStartOption
 }
 
 type phaseKey struct{}
@@ -306,22 +310,43 @@ func (p *phase) Value(key any) any {
 	return p.Context.Value(key)
 }
 
-func (o *observer) Begin(ctx context.Context, p observe.Phase, info observe.Info) context.Context {
-	ph := &phase{run: p == observe.Run, key: info.Key}
-	name, start := spanRelease, o.childStart
-	switch p {
-	case observe.Run:
-		name = spanRun
-	case observe.Acquire:
-		name = spanAcquire
+// phaseOf returns the phase ctx carries, or nil. guard hands each phase
+// the context Begin returned for its parent, so the first test mostly
+// answers without walking the context chain.
+func phaseOf(ctx context.Context) *phase {
+	if ph, ok := ctx.(*phase); ok {
+		return ph
 	}
+	ph, _ := ctx.Value(phaseKey{}).(*phase)
+	return ph
+}
+
+func (o *observer) Begin(ctx context.Context, p observe.Phase, info observe.Info) context.Context {
 	// The run span describes the lock; its own children add only what is
 	// theirs. An operation on another key inside the job says which.
-	if p == observe.Run || !childOfRunOn(ctx, info.Key) {
-		attrs := make([]attribute.KeyValue, 0, 3+len(info.Attrs))
-		attrs = append(attrs, attrKey.String(info.Key), attrName.String(info.Name), attrMode.String(mode(info)))
+	child := p != observe.Run && childOfRunOn(ctx, info.Key)
+	if p == observe.Release {
+		start := o.childStart
+		if !child {
+			start = []trace.SpanStartOption{o.kind, trace.WithAttributes(lockAttrs(nil, info)...)}
+		}
+		ctx, _ = o.tracer.Start(ctx, spanRelease, start...)
+		return ctx
+	}
+	ph := &phase{run: p == observe.Run, key: info.Key}
+	name, start := spanAcquire, o.childStart
+	if p == observe.Run {
+		name = spanRun
+	}
+	if !child {
+		attrs := ph.attrs[:0]
 		if p == observe.Run {
-			attrs = appendSlog(attrs, info.Attrs)
+			if n := 3 + len(info.Attrs); n > len(ph.attrs) {
+				attrs = make([]attribute.KeyValue, 0, n)
+			}
+			attrs = appendSlog(lockAttrs(attrs, info), info.Attrs)
+		} else {
+			attrs = lockAttrs(attrs, info)
 		}
 		ph.opts = [2]trace.SpanStartOption{o.kind, trace.WithAttributes(attrs...)}
 		start = ph.opts[:]
@@ -333,14 +358,28 @@ func (o *observer) Begin(ctx context.Context, p observe.Phase, info observe.Info
 	return ph
 }
 
+// lockAttrs appends the attributes that describe the lock of info to dst.
+func lockAttrs(dst []attribute.KeyValue, info observe.Info) []attribute.KeyValue {
+	return append(dst, attrKey.String(info.Key), attrName.String(info.Name), attrMode.String(mode(info)))
+}
+
 // childOfRunOn reports whether ctx is inside the run phase of key.
 func childOfRunOn(ctx context.Context, key string) bool {
-	parent, _ := ctx.Value(phaseKey{}).(*phase)
+	parent := phaseOf(ctx)
 	return parent != nil && parent.run && parent.key == key
 }
 
 func (o *observer) End(ctx context.Context, p observe.Phase, info observe.Info) {
-	ph, _ := ctx.Value(phaseKey{}).(*phase)
+	if p == observe.Release {
+		// Begin's context: the tracer's, carrying the release span.
+		span := trace.SpanFromContext(ctx)
+		if info.Err != nil && span.IsRecording() {
+			failed(span, info.Err)
+		}
+		span.End()
+		return
+	}
+	ph := phaseOf(ctx)
 	if ph == nil {
 		return
 	}
@@ -357,7 +396,7 @@ func (o *observer) End(ctx context.Context, p observe.Phase, info observe.Info) 
 
 // describe sets what End knows on the phase's span.
 func (ph *phase) describe(p observe.Phase, info observe.Info) {
-	span, attrs := ph.span, ph.end[:0]
+	span, attrs := ph.span, ph.attrs[:0]
 	switch p {
 	case observe.Acquire:
 		attrs = append(attrs, attrResult.String(info.Result), attrAttempts.Int(info.Attempts))
@@ -381,10 +420,6 @@ func (ph *phase) describe(p observe.Phase, info observe.Info) {
 			if info.Err != nil {
 				failed(span, info.Err)
 			}
-		}
-	case observe.Release:
-		if info.Err != nil {
-			failed(span, info.Err)
 		}
 	}
 }
