@@ -100,10 +100,14 @@ type observer struct {
 	// such as failed round trips. Lock names are low in cardinality by
 	// contract, but one left at its default (the key) may carry an id: both
 	// caches are bounded, and past their bounds a measurement builds its set.
-	names       sync.Map     // lock name -> *[len(nameSeries)]*series
-	sets        sync.Map     // setKey -> *series
-	cachedNames atomic.Int64 // entries in names, at most maxCachedNames
-	cachedSets  atomic.Int64 // entries in sets, at most maxCachedSets
+	// The name found last is kept beside the map, so that a process using
+	// one name at a time finds it without hashing; one that alternates
+	// names pays a pointer store per change.
+	names       sync.Map                // lock name -> *nameSet
+	last        atomic.Pointer[nameSet] // the name found last, compared before hashing
+	sets        sync.Map                // setKey -> *series
+	cachedNames atomic.Int64            // entries in names, at most maxCachedNames
+	cachedSets  atomic.Int64            // entries in sets, at most maxCachedSets
 }
 
 // Bounds of the attribute-set caches: a name's twelve series take about
@@ -219,24 +223,35 @@ func (o *observer) attrs(k setKey) *series {
 	return s
 }
 
+// nameSet is the series of one lock name listed in nameSeries.
+type nameSet struct {
+	name   string
+	series [len(nameSeries)]*series
+}
+
 // seriesOf returns the series of name listed in nameSeries, or nil when
 // the name cache is full.
 func (o *observer) seriesOf(name string) *[len(nameSeries)]*series {
+	if l := o.last.Load(); l != nil && l.name == name {
+		return &l.series
+	}
 	if v, ok := o.names.Load(name); ok {
-		return v.(*[len(nameSeries)]*series)
+		ns := v.(*nameSet)
+		o.last.Store(ns)
+		return &ns.series
 	}
 	if o.cachedNames.Load() >= maxCachedNames {
 		return nil
 	}
-	byName := new([len(nameSeries)]*series)
+	ns := &nameSet{name: name}
 	for i, sk := range nameSeries {
-		byName[i] = newSeries(setKey{name: name, key: sk.key, val: sk.val})
+		ns.series[i] = newSeries(setKey{name: name, key: sk.key, val: sk.val})
 	}
-	if v, loaded := o.names.LoadOrStore(name, byName); loaded {
-		return v.(*[len(nameSeries)]*series)
+	if v, loaded := o.names.LoadOrStore(name, ns); loaded {
+		return &v.(*nameSet).series
 	}
 	o.cachedNames.Add(1)
-	return byName
+	return &ns.series
 }
 
 // New returns an Observer for guard.WithObserver. Providers not given are
