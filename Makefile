@@ -36,9 +36,9 @@ test-servers: redis
 		[ -x "$$dir/redis-server" ] || continue; \
 		found=1; bin="$$(cd "$$dir" && pwd)"; \
 		echo "=== $$("$$bin/redis-server" --version) ($$bin)"; \
-		PATH="$$bin:$$PATH" $(GO) test -race -count=1 -timeout 10m -run '$(SERVER_TESTS_GUARD)' ./guard/ || exit 1; \
-		PATH="$$bin:$$PATH" $(GO) test -race -count=1 -timeout 10m ./guard/internal/redisstore/ || exit 1; \
-		PATH="$$bin:$$PATH" $(GO) test -race -count=1 -timeout 10m -run '$(SERVER_TESTS_FENCE)' ./fence/ || exit 1; \
+		PATH="$$bin:$$PATH" $(GO) run ./internal/cmd/testsummary -go '$(GO)' -- -race -count=1 -timeout 10m -run '$(SERVER_TESTS_GUARD)' ./guard/ || exit 1; \
+		PATH="$$bin:$$PATH" $(GO) run ./internal/cmd/testsummary -go '$(GO)' -- -race -count=1 -timeout 10m ./guard/internal/redisstore/ || exit 1; \
+		PATH="$$bin:$$PATH" $(GO) run ./internal/cmd/testsummary -go '$(GO)' -- -race -count=1 -timeout 10m -run '$(SERVER_TESTS_FENCE)' ./fence/ || exit 1; \
 	done; \
 	if [ $$found = 0 ]; then echo "test-servers: no redis-server builds in $(SERVERS); nothing to run"; fi
 
