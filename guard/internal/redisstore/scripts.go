@@ -34,6 +34,10 @@ var (
 	writeFenceLua string
 	//go:embed scripts/unclaim.lua
 	unclaimLua string
+	//go:embed scripts/acquire_claim.lua
+	acquireClaimLua string
+	//go:embed scripts/release_claim.lua
+	releaseClaimLua string
 )
 
 // script is one of guard's Lua scripts. A server with FUNCTION (Redis 7
@@ -59,6 +63,7 @@ type scripts struct {
 	charge                    script
 	writeFence                script // write_fence.lua: a quorum's token written back
 	unclaim                   script // unclaim.lua: a quorum's claim taken back
+	claims                    claimScripts
 	// library is the FUNCTION LOAD source. Its name carries a hash of the
 	// scripts, so Lockers of two versions of this package can share a
 	// server during a rolling deploy, each calling its own.
@@ -73,6 +78,7 @@ func newScripts(sharded bool) *scripts {
 		name string
 		lua  string
 	}{{"acquire", acquireLua}, {"renew", renewLua}, {"set_counts", setCountsLua}, {"claim_fenced", claimFencedLua}, {"inspect", inspectLua}, {"charge", chargeLua}, {"write_fence", writeFenceLua}, {"unclaim", unclaimLua}}
+	bodies = append(bodies, claimBodies()...)
 	h := sha1.New()
 	for _, b := range bodies {
 		h.Write([]byte(b.lua))
@@ -95,7 +101,7 @@ func newScripts(sharded bool) *scripts {
 		fmt.Fprintf(&lib, "redis.register_function('%s', function(KEYS, ARGV)\n%s\nend)\n", fn, b.lua)
 		made[i] = script{lua: redis.NewScript(evalPrelude + b.lua), fn: fn}
 	}
-	return &scripts{acquire: made[0], renew: made[1], setCounts: made[2], claimFenced: made[3], inspect: made[4], charge: made[5], writeFence: made[6], unclaim: made[7], library: lib.String()}
+	return &scripts{acquire: made[0], renew: made[1], setCounts: made[2], claimFenced: made[3], inspect: made[4], charge: made[5], writeFence: made[6], unclaim: made[7], claims: claimScriptsOf(made[8:]), library: lib.String()}
 }
 
 // runFunction sends calls as FCALL of sc's function, setting each call's

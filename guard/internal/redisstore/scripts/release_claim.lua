@@ -1,0 +1,22 @@
+-- release_claim.lua: claim_fenced.lua, then set_counts.lua, in one request:
+-- a holder's result stored beside the lock, fenced by its token, and its
+-- hold's counts set (a final release, for Locker.WithClaim).
+-- KEYS[1..2] claim_fenced.lua's KEYS (fencing counter, claim), KEYS[3..]
+-- set_counts.lua's KEYS
+-- ARGV[1..3] claim_fenced.lua's ARGV (token, value, TTL ms), ARGV[4..]
+-- set_counts.lua's ARGV
+-- claim_fenced.lua and set_counts.lua are this script's functions
+-- claim_fenced and set_counts (newScripts wraps them).
+-- Returns {set_counts.lua's reply, claim_fenced.lua's reply}: the release's
+-- outcome and the fencing counter (the value was stored if and only if it
+-- is ARGV[1]); or {outcome, -1, message} when the value was not stored
+-- because the counter or the claim holds another type (the message, a
+-- WRONGTYPE error's, names the key): the release applies all the same.
+-- An error reply when set_counts.lua answers one.
+-- The claim goes first: a release that grants the key to a waiter mints a
+-- newer token, which the claim's check would then find.
+local counter = claim_fenced({KEYS[1], KEYS[2]}, {ARGV[1], ARGV[2], ARGV[3]})
+local outcome = set_counts({unpack(KEYS, 3)}, {unpack(ARGV, 4)})
+if failed(outcome) then return outcome end
+if failed(counter) then return {outcome, -1, counter.err} end
+return {outcome, counter}
