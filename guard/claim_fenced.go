@@ -42,17 +42,23 @@ func (l *Locker) ClaimFenced(ctx context.Context, key string, token int64, value
 	counter, err := await(ctx, l, func(ctx context.Context) (int64, error) {
 		return l.store.ClaimFenced(ctx, k.Fence, claim, token, value, ttl)
 	}, nil)
-	switch {
-	case err != nil:
+	if err != nil {
 		return redisError(key, err)
+	}
+	return redisError(key, superseded(token, counter))
+}
+
+// superseded returns nil when counter, a lock's fencing counter, is token,
+// and otherwise why a value fenced by token was not stored (ErrSuperseded).
+func superseded(token, counter int64) error {
+	switch {
 	case counter == token:
 		return nil
 	case counter == 0:
-		err = fmt.Errorf("%w: token %d: the lock's fencing counter is gone (expired or lost), so no token can be proven the newest", ErrSuperseded, token)
+		return fmt.Errorf("%w: token %d: the lock's fencing counter is gone (expired or lost), so no token can be proven the newest", ErrSuperseded, token)
 	case counter > token:
-		err = fmt.Errorf("%w: token %d, newest %d", ErrSuperseded, token, counter)
+		return fmt.Errorf("%w: token %d, newest %d", ErrSuperseded, token, counter)
 	default:
-		err = fmt.Errorf("%w: token %d is above the lock's fencing counter %d: not minted by it (the counter was lost and started again, or the token is another key's)", ErrSuperseded, token, counter)
+		return fmt.Errorf("%w: token %d is above the lock's fencing counter %d: not minted by it (the counter was lost and started again, or the token is another key's)", ErrSuperseded, token, counter)
 	}
-	return redisError(key, err)
 }

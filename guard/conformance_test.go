@@ -90,6 +90,7 @@ var behaviours = []struct {
 	{"MinHold", behaveMinHold},
 	{"ClaimOnceAcrossLockers", behaveClaimOnceAcrossLockers},
 	{"ClaimFenced", behaveClaimFenced},
+	{"WithClaim", behaveWithClaim},
 	{"HandOffWithoutPolling", behaveHandOffWithoutPolling},
 	{"Permits", behavePermits},
 	{"InspectHoldersAndWaiters", behaveInspectHoldersAndWaiters},

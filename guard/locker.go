@@ -186,7 +186,12 @@ func (l *Locker) runLocked(ctx context.Context, le *Lease, fn func(context.Conte
 // endRun releases le after its job returned err, and returns the run's
 // error: err, joined with the loss or the release failure if any.
 func (l *Locker) endRun(ctx context.Context, le *Lease, err error, info *observe.Info) error {
-	relErr := le.Release(ctx) // detached from ctx's cancellation by Release itself
+	return l.settleRun(le, err, le.Release(ctx), info) // Release detaches from ctx's cancellation
+}
+
+// settleRun returns the error of a run whose job returned err and whose
+// lease le's release returned relErr, and fills in info.
+func (l *Locker) settleRun(le *Lease, err, relErr error, info *observe.Info) error {
 	h := le.h
 	info.Token, info.Reentrant, info.TTL = h.token, le.reentrant, h.timing.ttl
 	info.Renewals = l.hb.renewals(h)
