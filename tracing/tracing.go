@@ -6,7 +6,8 @@
 // children) with children "jobguard.lock.acquire" (the whole wait) and
 // "jobguard.lock.release". Renewals are not spans: a failed renewal and a
 // lost lease are events on the run span, and a lost lease sets its status
-// to Error. A run skipped because the key was busy leaves the status Unset.
+// to Error. A run skipped because the key was busy, or answered from its
+// claim (guard.Locker.WithClaim, result "claimed"), leaves the status Unset.
 //
 // Metrics: jobguard.lock.acquire.duration, jobguard.lock.hold.duration and
 // jobguard.lock.operation.duration (histograms, seconds) and
@@ -424,7 +425,7 @@ func (ph *phase) describe(p observe.Phase, info observe.Info) {
 		}
 	case observe.Run:
 		switch info.Result {
-		case "busy", "timeout", "canceled": // skipped, not failed
+		case "busy", "timeout", "canceled", "claimed": // skipped, not failed
 			span.SetAttributes(append(attrs, attrResult.String(info.Result))...)
 		case "error": // could not acquire: Redis or input failed
 			span.SetAttributes(append(attrs, attrResult.String(info.Result))...)
