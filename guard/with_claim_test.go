@@ -305,7 +305,10 @@ func TestWithClaimRejectsBadInput(t *testing.T) {
 			_, err := l.WithClaim(ctx, "k", []byte("A"), time.Minute, job, guard.Wait(time.Second))
 			return err
 		}},
-		{"Permits", func() error { _, err := l.WithClaim(ctx, "k", []byte("A"), time.Minute, job, guard.Permits(2)); return err }},
+		{"Permits", func() error {
+			_, err := l.WithClaim(ctx, "k", []byte("A"), time.Minute, job, guard.Permits(2))
+			return err
+		}},
 		{"result without a TTL", func() error {
 			_, err := l.WithClaim(ctx, "k", []byte("A"), time.Minute, func(context.Context) ([]byte, time.Duration, error) {
 				return []byte("r"), 0, nil
