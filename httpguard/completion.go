@@ -14,18 +14,22 @@ import (
 
 // Fenced completion: a response becomes the key's only if the request's
 // hold is still the newest on the key, and guard checks that in the same
-// script that stores it (guard.Locker.ClaimFenced, against the lock's
-// fencing counter). So a request whose lease ran out while its handler ran
-// (a pause, a partition) can neither overwrite a newer request's response
-// nor have its own replayed instead of one: once a newer request holds the
-// key, the older one's store is refused, whether it stored first or not.
+// script that stores it and releases the key (guard.Locker.WithClaim,
+// against the lock's fencing counter). So a request whose lease ran out
+// while its handler ran (a pause, a partition) can neither overwrite a
+// newer request's response nor have its own replayed instead of one: once
+// a newer request holds the key, the older one's store is refused, whether
+// it stored first or not.
 //
-// The key's claim (guard.Locker.Claim, under the lookup key, beside the
-// lock) holds the binding, the payload's fingerprint, from the first run of
-// the handler, and then the completed response, which carries the
-// fingerprint too and replaces the binding. One read answers a retry.
+// The key's claim (beside the lock, under the lookup key) holds the
+// binding, the payload's fingerprint, from the first run of the handler,
+// and then the completed response, which carries the fingerprint too and
+// replaces the binding. The request that reads it also acquires the key,
+// when the claim is the payload's binding or empty; one that finds a
+// response or another payload's binding is answered from it.
 
-// errUnreadable is what readClaim finds wrong with a claim it cannot decode.
+// errUnreadable is what decodeClaim finds wrong with a claim it cannot
+// decode.
 var errUnreadable = errors.New("httpguard: stored response unreadable")
 
 // claim is what the key's claim holds: nothing (fingerprint nil), the
@@ -41,8 +45,13 @@ func (h *handler) readClaim(ctx context.Context, q *request) (claim, error) {
 	if err != nil || !ok {
 		return claim{}, err
 	}
+	return decodeClaim(b)
+}
+
+// decodeClaim decodes a claim's value.
+func decodeClaim(b []byte) (claim, error) {
 	// A binding is a fingerprint; an earlier version appended an 8-byte
-	// token. A record is JSON, always longer.
+	// token. A record is longer.
 	if len(b) == sha256.Size || len(b) == sha256.Size+8 {
 		return claim{fingerprint: b[:sha256.Size]}, nil
 	}
@@ -53,7 +62,7 @@ func (h *handler) readClaim(ctx context.Context, q *request) (claim, error) {
 	return claim{fingerprint: rec.Fingerprint, rec: &rec}, nil
 }
 
-// answered answers the request from c, the key's claim as readClaim
+// answered answers the request from c, the key's claim as decodeClaim
 // returned it with err, and reports whether it did: 503 for err, 422 when
 // the key is bound to another payload, the replay of a completed response.
 // Otherwise the request may run the handler.
@@ -79,64 +88,72 @@ func (h *handler) answered(q *request, c claim, err error) bool {
 	return true
 }
 
-// bind binds the key to the request's payload for the retention window,
-// unless a request bound it before, and reports whether the handler may
-// run: the key is bound to this payload and holds no response to replay.
-// Otherwise it has answered.
-func (h *handler) bind(ctx context.Context, q *request) bool {
-	if q.unbound && !h.spend(ctx, q, bindingCost(q)) {
-		return false
+// answerClaim answers the request from value, the key's claim, which
+// guard found to differ from bind, what run asked for. A claim of this
+// payload that the handler must still run for (a binding an earlier
+// version wrote; with NoReplay, a response) is asked for as it is, once.
+func (h *handler) answerClaim(q *request, bind, value []byte) {
+	c, err := decodeClaim(value)
+	switch {
+	case h.answered(q, c, err):
+	case bytes.Equal(bind, q.fingerprint):
+		h.run(q, value)
+	default: // the claim changed again meanwhile
+		q.log.Error("httpguard: the key's stored value keeps changing; answered 503")
+		h.answer503(q)
 	}
-	// Bound for the short window: a request that never completes (its
-	// instance crashed) leaves the key bound no longer; a completed one
-	// replaces the binding with what it keeps (store).
-	bound, err := h.l.Claim(ctx, q.lookup, q.fingerprint, h.c.errRetention)
-	if err != nil {
-		h.unavailable(q, err)
-		return false
-	}
-	if bound {
-		return true
-	}
-	c, err := h.readClaim(ctx, q)
-	return !h.answered(q, c, err)
 }
 
-// store keeps rec as the key's response, for as long as keep says, if the
-// request's hold, with token, is still the newest on the key, and reports
-// whether it stored the response. A response that is not kept leaves the
-// key bound to its payload for ErrorRetention. It writes with the lease's
-// own context: the response is stored also when the client has gone, and
-// not once the lease is known lost. A lease lost unnoticed (a pause) is
-// caught by the token check.
-func (h *handler) store(lease context.Context, q *request, token int64, rec record, keep keep) bool {
-	value, ttl := q.fingerprint, h.c.errRetention
-	if keep != keepNone {
-		rec.Fingerprint = q.fingerprint
-		b, err := encodeRecord(rec)
-		if err != nil {
-			q.log.Error("httpguard: response not stored", "err", err)
-			return false
-		}
-		if h.afford(lease, q, recordCost(len(b))) {
-			value = b
-			if keep == keepFull {
-				ttl = h.c.retention
-			}
-		} else {
-			keep = keepNone
-		}
+// completed is what a run of the handler leaves to store as the key's
+// claim: the response's record, or the binding again (for ErrorRetention)
+// when the response is not kept; value nil stores nothing.
+type completed struct {
+	value  []byte
+	ttl    time.Duration
+	status int  // the response's
+	keep   keep // how long the response is kept
+}
+
+// keep returns what to store for rec, the response of q's handler, kept
+// as keep says: the record, if the principal's Quota affords it, else the
+// binding, which leaves the key bound to its payload for ErrorRetention.
+func (h *handler) keep(lease context.Context, q *request, rec record, keep keep) *completed {
+	c := &completed{value: q.fingerprint, ttl: h.c.errRetention, status: rec.Status}
+	if keep == keepNone {
+		return c
 	}
-	err := h.l.ClaimFenced(lease, q.lookup, token, value, ttl)
+	rec.Fingerprint = q.fingerprint
+	b, err := encodeRecord(rec)
+	if err != nil {
+		q.log.Error("httpguard: response not stored", "err", err)
+		return &completed{status: rec.Status}
+	}
+	if !h.afford(lease, q, recordCost(len(b))) {
+		return c
+	}
+	c.value, c.keep = b, keep
+	if keep == keepFull {
+		c.ttl = h.c.retention
+	}
+	return c
+}
+
+// report logs how the run that left done ended: guard.Locker.WithClaim
+// returned claim (what it stored) and err.
+func (h *handler) report(q *request, done *completed, claim []byte, err error) {
+	stored := claim != nil && done.keep != keepNone
+	lost := errors.Is(err, guard.ErrLeaseLost)
 	switch {
 	case errors.Is(err, guard.ErrSuperseded):
-		q.log.Warn("httpguard: response not stored: the request's hold is no longer the key's newest (its lease was lost, or it outlived Retention)", "status", rec.Status, "err", err)
-	case err != nil:
+		q.log.Warn("httpguard: response not stored: the request's hold is no longer the key's newest (its lease was lost, or it outlived Retention)", "status", done.status, "err", err)
+	case err != nil && done.value != nil && claim == nil && !lost:
 		q.log.Error("httpguard: response not stored; a retry runs the handler again", "err", err)
-	case keep != keepNone:
-		q.log.Debug("httpguard: handled; response stored", "status", rec.Status, "for", ttl)
+	case stored:
+		q.log.Debug("httpguard: handled; response stored", "status", done.status, "for", done.ttl)
 	}
-	return err == nil && keep != keepNone
+	if lost {
+		q.log.Warn("httpguard: lease lost while the request was processed", "response_stored", stored, "err", err)
+	}
 }
 
 // Quota accounting. A principal's budget pays for what its requests add to
@@ -164,6 +181,21 @@ func bindingCost(q *request) int64 {
 // more (jemalloc: a 1 MiB body takes 1.25 MiB).
 func recordCost(n int) int64 {
 	return int64(n) + int64(n)/4 + perKeyOverhead
+}
+
+// chargeNewKey charges q's principal for binding q's key before the
+// request binds it, and reports whether the request may go on; otherwise
+// it has answered (from the key's claim, or 429, or 503). A key that is
+// bound already costs nothing more. This read of the claim comes before
+// guard's, which binds: Quota costs a fresh key two requests more than
+// without it, and a stored response one, its Charge.
+func (h *handler) chargeNewKey(q *request) bool {
+	ctx := q.r.Context()
+	c, err := h.readClaim(ctx, q)
+	if h.answered(q, c, err) {
+		return false
+	}
+	return c.fingerprint != nil || h.spend(ctx, q, bindingCost(q))
 }
 
 // spend charges amount to q's principal before the handler runs, and

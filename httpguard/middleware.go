@@ -113,47 +113,48 @@ type request struct {
 	fingerprint []byte
 	lookup      string // lock and claim key; never sent to the client
 	log         *slog.Logger
-	// unbound is set when the key held nothing when the request arrived:
-	// binding it stores something new, which Quota counts.
-	unbound bool
 }
 
 // serve answers a guarded request with a valid key: from storage, with a
-// refusal, or by running the handler under the key's lease (locked).
+// refusal, or by running the handler under the key's lease. Without Quota
+// that is two requests to Redis (guard.Locker.WithClaim): one reads the
+// key's claim and, unless it answers the request, acquires the key and
+// binds it to the payload; the other stores the response, fenced, and
+// releases the key. A replay, a reuse and a key in flight are answered by
+// the first alone.
 func (h *handler) serve(q *request) {
-	ctx := q.r.Context()
-	// A completed request is answered from storage without taking the lock,
-	// so that retries of a finished request never conflict; and while the
-	// first request runs, a different payload is refused as reused rather
-	// than as in flight.
-	c, err := h.readClaim(ctx, q)
-	if h.answered(q, c, err) {
+	if h.c.quota != 0 && !h.chargeNewKey(q) {
 		return
 	}
-	q.unbound = c.fingerprint == nil
+	h.run(q, q.fingerprint)
+}
 
+// run tries to run the handler under the key's lease for a request whose
+// key is, or may be bound, to bind (the payload's fingerprint, or a form
+// of it that answerClaim found), and answers it.
+func (h *handler) run(q *request, bind []byte) {
+	ctx := q.r.Context()
 	// The acquisition honours the client's context, but the lease context
 	// must not end with it: disarm the link once the lock is held, so that
 	// a canceled lease context means the lease was lost.
 	base, cancelBase := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelBase(nil)
 	unlink := context.AfterFunc(ctx, func() { cancelBase(context.Cause(ctx)) })
-	ran, stored := false, false
-	err = h.l.WithLock(throttle.CallerLogs(base, q.lookup), q.lookup, func(lease context.Context) error {
+	var done *completed
+	claim, err := h.l.WithClaim(throttle.CallerLogs(base, q.lookup), q.lookup, bind, h.c.errRetention, func(lease context.Context) ([]byte, time.Duration, error) {
 		if !unlink() { // the client left while we acquired
-			return context.Cause(ctx)
+			return nil, 0, context.Cause(ctx)
 		}
-		ran = true
-		stored = h.locked(lease, q)
-		return nil
+		done = h.locked(lease, q)
+		return done.value, done.ttl, nil
 	}, h.lockOptions(q.r)...)
 	unlink()
 	switch {
-	case ran:
-		if errors.Is(err, guard.ErrLeaseLost) {
-			q.log.Warn("httpguard: lease lost while the request was processed", "response_stored", stored, "err", err)
-		}
+	case done != nil:
+		h.report(q, done, claim, err)
 	case ctx.Err() != nil: // the client is gone: nobody to answer
+	case err == nil:
+		h.answerClaim(q, bind, claim)
 	case errors.Is(err, guard.ErrNotAcquired):
 		after := retryAfter(err, h.c.maxRetryAfter)
 		h.logRepeated(q, q.lookup, "httpguard: key in flight", "retry_after", after)
@@ -182,7 +183,7 @@ func (h *handler) lockOptions(r *http.Request) []guard.LockOption {
 	// A key is remembered for the retention window, and so is its fencing
 	// counter: it need not outlive the key. A request that outlives it (and
 	// the lease TTL) can no longer prove its hold the newest, and stores
-	// nothing (see store).
+	// nothing (see completion.go).
 	opts := []guard.LockOption{guard.Wait(0), guard.FenceTTL(h.c.retention)}
 	if r.Pattern != "" {
 		opts = append(opts, guard.Name(r.Pattern), guard.Attrs(slog.String("http.route", r.Pattern)))
@@ -195,27 +196,21 @@ func (h *handler) lockOptions(r *http.Request) []guard.LockOption {
 	return opts
 }
 
-// locked runs with the lease held; lease, its context, is done only if the
-// lease is lost. Unless the request completed meanwhile, it binds the key
-// to the payload, then runs the handler and stores its response, fenced by
-// the hold's token (see completion.go). It reports whether it stored a
-// response.
-func (h *handler) locked(lease context.Context, q *request) bool {
+// locked runs with the lease held, the key bound to the payload; lease,
+// its context, is done only if the lease is lost. It runs the handler and
+// returns what to keep of its response (see completion.go).
+func (h *handler) locked(lease context.Context, q *request) *completed {
 	// The handler's context ends with the lease and with the client.
 	ctx, cancel := context.WithCancelCause(lease)
 	defer cancel(nil)
 	stop := context.AfterFunc(q.r.Context(), func() { cancel(context.Cause(q.r.Context())) })
 	defer stop()
 
-	if !h.bind(ctx, q) {
-		return false
-	}
 	if !h.c.replay {
 		h.serveOnly(ctx, q)
-		return false
+		return &completed{}
 	}
-	token, _ := guard.TokenFrom(lease, q.lookup)
-	return h.serveAndStore(ctx, lease, q, token)
+	return h.serveAndKeep(ctx, lease, q)
 }
 
 // serveOnly runs the handler with ctx and the body read before, for
@@ -233,11 +228,10 @@ func (q *request) withBody(ctx context.Context) *http.Request {
 	return r
 }
 
-// serveAndStore runs the handler with ctx and the body read before, and
-// stores its response for replay, for as long as it is kept (see
-// keepFor), if the hold with token is still the key's newest. It reports
-// whether it stored it.
-func (h *handler) serveAndStore(ctx, lease context.Context, q *request, token int64) bool {
+// serveAndKeep runs the handler with ctx and the body read before, and
+// returns its response to store for replay, for as long as it is kept (see
+// keepFor): nothing once the lease is lost.
+func (h *handler) serveAndKeep(ctx, lease context.Context, q *request) *completed {
 	rw := &recorder{ResponseWriter: q.w, allow: h.c.replayHeaders, limit: h.c.maxStoredBody}
 	h.next.ServeHTTP(rw, q.withBody(ctx)) // a panic propagates: nothing is stored
 	// Whether the client's request ended while the handler ran, asked
@@ -247,7 +241,7 @@ func (h *handler) serveAndStore(ctx, lease context.Context, q *request, token in
 	rec, keep := rw.finish()
 	switch {
 	case lease.Err() != nil:
-		return false // the lease was lost: serve reports it
+		return &completed{status: rec.Status} // the lease was lost: run reports it
 	case clientGone:
 		// What the handler wrote may be cut short: a handler that stops
 		// when its request's context ends (a streamed export) has written
@@ -257,7 +251,7 @@ func (h *handler) serveAndStore(ctx, lease context.Context, q *request, token in
 	case keep == keepNone:
 		q.log.Debug("httpguard: handled; response not stored", "status", rec.Status, "body_over_limit", rw.overflow)
 	}
-	return h.store(lease, q, token, rec, keep)
+	return h.keep(lease, q, rec, keep)
 }
 
 // readBody reads the body to fingerprint it, up to MaxBody bytes.
