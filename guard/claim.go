@@ -12,7 +12,8 @@ import (
 // with it; the queue adapter records finished work, the HTTP adapter binds
 // a key to its payload. A claim lives beside the lock of the same key (same
 // Cluster slot) and never blocks it. The ttl must be positive; it is counted
-// on the server. ClaimFenced writes the same value, newest hold first.
+// on the server. ClaimFenced writes the same value, newest hold first, and
+// WithClaim binds it to a run and stores the run's result.
 //
 // On a quorum (NewQuorum) a claim stands when a majority of masters stored
 // it. Claimers that ask at once can split the masters so that none has a

@@ -95,12 +95,15 @@
 // A small value that only the newest hold may write can live beside the
 // lock, where the check needs no other resource: ClaimFenced stores it, in
 // one script with the check, only while the caller's token is the newest the
-// key's counter has minted, and Claimed reads it back (httpguard keeps
-// completed responses so). Once a newer hold has begun, an older holder's
-// store is refused with ErrSuperseded, whether or not its lease has noticed
-// the loss. Where the counter is gone (a FenceTTL that expired, a failover
-// that lost it) no token can be proven the newest, and every token is
-// refused until the next acquisition starts the counter again.
+// key's counter has minted, and Claimed reads it back. Once a newer hold
+// has begun, an older holder's store is refused with ErrSuperseded, whether
+// or not its lease has noticed the loss. Where the counter is gone (a
+// FenceTTL that expired, a failover that lost it) no token can be proven the
+// newest, and every token is refused until the next acquisition starts the
+// counter again. WithClaim runs a job so, for work whose result a retry is
+// given (httpguard keeps completed responses so): the claim's check, the
+// acquisition and the binding in one request, the fenced store and the
+// release in another.
 //
 // # Failover
 //
@@ -158,7 +161,8 @@
 // the busy masters' holds could have expired. So a release that reached
 // only a minority of masters, or a master that restarted empty, costs a
 // waiter an attempt per expiry of the majority's holds, not a retry loop.
-// Claim, Claimed and ClaimFenced need a majority too.
+// Claim, Claimed and ClaimFenced need a majority too, and WithClaim takes
+// its steps as requests of their own.
 //
 // An attempt whose request to a master timed out is dropped there after its
 // timeout, in order with the owner's other requests; but a request delayed

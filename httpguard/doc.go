@@ -87,8 +87,8 @@
 //     holds also when the loss went unnoticed (the process was paused): a
 //     response is stored only if the request's hold is still the newest on
 //     the key (its fencing token is the latest the key's counter minted),
-//     which Redis checks in the same script that stores it
-//     (guard.Locker.ClaimFenced). Once a newer request has taken the key,
+//     which Redis checks in the same script that stores it and releases
+//     the key (guard.Locker.WithClaim). Once a newer request has taken the key,
 //     the older one's store is refused, whether the newer one has
 //     completed yet or not; a request that takes the key after the older
 //     response was stored replays it instead of running. So a stale

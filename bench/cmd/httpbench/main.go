@@ -63,8 +63,13 @@ func run() error {
 	rounds := flag.Int("rounds", 3, "rounds; each runs every variant once, in a rotated order")
 	conc := flag.Int("c", 16, "concurrent clients")
 	profile := flag.String("cpuprofile", "", "write a CPU profile of the rounds to this file")
-	stats := flag.Bool("commandstats", false, "print each variant's INFO commandstats per request")
+	stats := flag.Bool("commandstats", false, "print each variant's INFO commandstats per request, first round")
+	callgrind := flag.Int("callgrind", 0, "instead, count redis-server's instructions per request under callgrind, over this many sequential requests per variant")
+	annotate := flag.String("annotate", "", "with -callgrind, write callgrind_annotate's inclusive listing per variant to this directory")
 	flag.Parse()
+	if *callgrind > 0 {
+		return serverInstructions(*callgrind, *annotate)
+	}
 	ctx := context.Background()
 
 	srv, err := redisproc.Start(ctx, -1)
@@ -74,49 +79,17 @@ func run() error {
 	defer srv.Stop()
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer admin.Close()
-
-	noop := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusCreated)
-		_, _ = io.WriteString(w, "ok")
-	})
-	poolSize := 2 * *conc
-	lockClient := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: poolSize})
-	defer lockClient.Close()
-	lockTrips := &roundTrips{}
-	lockClient.AddHook(lockTrips)
-	guardClient := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: poolSize})
-	defer guardClient.Close()
-	guardTrips := &roundTrips{}
-	guardClient.AddHook(guardTrips)
-	locker, err := guard.New(guardClient)
+	svc, err := newService(srv.Addr(), 2**conc, *conc)
 	if err != nil {
 		return err
 	}
-	defer locker.Close()
-
-	variants := []variant{
-		{"none", noop, nil},
-		{"redislock", redislockMiddleware(redislock.New(lockClient), noop), lockTrips},
-		{"httpguard", httpguard.Middleware(locker, httpguard.SharedKeys())(noop), guardTrips},
-	}
-	mux := http.NewServeMux()
-	for _, v := range variants {
-		mux.Handle("POST /"+v.name, v.handler)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = server.Serve(ln) }()
-	defer server.Close()
-	base := "http://" + ln.Addr().String() + "/"
-	client := &http.Client{Transport: &http.Transport{MaxIdleConns: *conc, MaxIdleConnsPerHost: *conc}}
+	defer svc.close()
+	variants := svc.variants
 
 	fmt.Printf("GOMAXPROCS %d, %d CPUs, %s, %d clients, %v per variant and round, %d rounds, redis-server %s\n",
 		runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), *conc, *duration, *rounds, serverVersion(ctx, admin))
 	for _, v := range variants { // warm up: connections, scripts, the library
-		if _, err := load(client, base+v.name, "warm-"+v.name, *conc, 300*time.Millisecond); err != nil {
+		if _, err := load(svc.client, svc.url(v), "warm-"+v.name, *conc, 300*time.Millisecond); err != nil {
 			return fmt.Errorf("%s: %w", v.name, err)
 		}
 	}
@@ -156,7 +129,7 @@ func run() error {
 			if v.trips != nil {
 				trips0 = v.trips.n.Load()
 			}
-			n, err := load(client, base+v.name, fmt.Sprintf("r%d-%s", r, v.name), *conc, *duration)
+			n, err := load(svc.client, svc.url(v), fmt.Sprintf("r%d-%s", r, v.name), *conc, *duration)
 			if err != nil {
 				return fmt.Errorf("%s: %w", v.name, err)
 			}
@@ -198,10 +171,73 @@ func run() error {
 	fmt.Printf("\nper request, all rounds:\n%-10s %12s %16s %18s %20s\n", "variant", "round trips", "server commands", "redis-server CPU", "service+client CPU")
 	for _, v := range variants {
 		c := costs[v.name]
-		per := func(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d.Microseconds())/float64(c.requests)) }
+		per := func(d time.Duration) string {
+			return fmt.Sprintf("%.1f µs", float64(d.Microseconds())/float64(c.requests))
+		}
 		fmt.Printf("%-10s %12.2f %16.2f %18s %20s\n", v.name, float64(c.trips)/float64(c.requests), float64(c.commands)/float64(c.requests), per(c.server), per(c.process))
 	}
 	return nil
+}
+
+// service is the three variants on one Redis, served over HTTP on
+// loopback, and an HTTP client for them.
+type service struct {
+	variants []variant
+	base     string
+	client   *http.Client
+	closers  []func() error
+}
+
+// newService serves the variants on the Redis at addr, with Redis pools
+// of poolSize and an HTTP client that keeps conc connections.
+func newService(addr string, poolSize, conc int) (*service, error) {
+	s := &service{}
+	noop := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "ok")
+	})
+	lockClient := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize})
+	lockTrips := &roundTrips{}
+	lockClient.AddHook(lockTrips)
+	guardClient := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize})
+	guardTrips := &roundTrips{}
+	guardClient.AddHook(guardTrips)
+	s.closers = append(s.closers, lockClient.Close, guardClient.Close)
+	locker, err := guard.New(guardClient)
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	s.closers = append(s.closers, locker.Close)
+	s.variants = []variant{
+		{"none", noop, nil},
+		{"redislock", redislockMiddleware(redislock.New(lockClient), noop), lockTrips},
+		{"httpguard", httpguard.Middleware(locker, httpguard.SharedKeys())(noop), guardTrips},
+	}
+	mux := http.NewServeMux()
+	for _, v := range s.variants {
+		mux.Handle("POST /"+v.name, v.handler)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = server.Serve(ln) }()
+	s.closers = append(s.closers, server.Close)
+	s.base = "http://" + ln.Addr().String() + "/"
+	s.client = &http.Client{Transport: &http.Transport{MaxIdleConns: conc, MaxIdleConnsPerHost: conc}}
+	return s, nil
+}
+
+func (s *service) url(v variant) string { return s.base + v.name }
+
+// close stops the HTTP server and the Locker and closes the clients.
+func (s *service) close() {
+	for _, c := range slices.Backward(s.closers) {
+		_ = c()
+	}
 }
 
 // redislockMiddleware takes the request's Idempotency-Key with a bare
