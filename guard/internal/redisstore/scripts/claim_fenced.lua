@@ -14,9 +14,9 @@ local counter, err = counter_of(KEYS[1])
 if counter == nil then return err end
 if not counter then return 0 end
 if counter ~= ARGV[1] then return tonumber(counter) end
-local kind = redis.call('TYPE', KEYS[2])['ok']
-if kind ~= 'none' and kind ~= 'string' then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. kind .. ', not a claim')
+-- SET with GET refuses, and leaves alone, a claim of another type: the
+-- check and the write in one command.
+if failed(redis.pcall('SET', KEYS[2], ARGV[2], 'PX', ARGV[3], 'GET')) then
+  return wrong_type(KEYS[2], 'a claim')
 end
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 return tonumber(counter)
