@@ -187,8 +187,8 @@ func recordCost(n int) int64 {
 // request binds it, and reports whether the request may go on; otherwise
 // it has answered (from the key's claim, or 429, or 503). A key that is
 // bound already costs nothing more. This read of the claim comes before
-// guard's, which binds: Quota costs a fresh key two requests more than
-// without it, and a stored response one, its Charge.
+// guard's, which binds: with Quota a new key costs three requests more,
+// this read and the Charges for its binding and for its response.
 func (h *handler) chargeNewKey(q *request) bool {
 	ctx := q.r.Context()
 	c, err := h.readClaim(ctx, q)

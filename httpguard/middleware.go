@@ -121,7 +121,10 @@ type request struct {
 // key's claim and, unless it answers the request, acquires the key and
 // binds it to the payload; the other stores the response, fenced, and
 // releases the key. A replay, a reuse and a key in flight are answered by
-// the first alone.
+// the first alone. A completed request is answered from storage without
+// taking the lock, so that retries of a finished request never conflict;
+// and while the first request runs, a different payload is refused as
+// reused rather than as in flight.
 func (h *handler) serve(q *request) {
 	if h.c.quota != 0 && !h.chargeNewKey(q) {
 		return
