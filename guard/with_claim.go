@@ -82,6 +82,9 @@ func (l *Locker) WithClaim(ctx context.Context, key string, bind []byte, ttl tim
 	return claim, err
 }
 
+// claimOf returns the claim of the lock with keys k: what claimKey names.
+func claimOf(k store.Keys) string { return k.Lock + ":claim" }
+
 // resultClaimed is, for observers, the outcome of a WithClaim that found
 // another value in the claim: nothing was acquired.
 const resultClaimed = "claimed"
@@ -107,7 +110,7 @@ func (l *Locker) takeClaim(ctx context.Context, key string, lc lockConfig, bind 
 	err = l.observed(ctx, observe.Acquire, info, func(actx context.Context, info *observe.Info) error {
 		a := l.newAcquisition(ctx, key, true, lc, t)
 		a.attempts = 1
-		rep, sent, err := a.attemptClaim(actx, cs, l.claimKey(key), bind, ttl)
+		rep, sent, err := a.attemptClaim(actx, cs, claimOf(a.keys), bind, ttl)
 		switch {
 		case err == nil && rep.Claimed:
 			found, info.Result = rep.Value, resultClaimed
@@ -309,7 +312,7 @@ func (h *hold) sendReleaseClaim(obsCtx context.Context, cs store.ClaimHolds, val
 	defer cancel()
 	// As sendCounts' marker: it outlives every retry.
 	a := store.CountArgs{Owner: h.owner, Marker: 2 * max(h.timing.timeout, time.Second)}
-	claim := l.claimKey(h.key)
+	claim := claimOf(h.keys)
 	backoff := releaseBackoff
 	for {
 		start := l.clock.Now()
