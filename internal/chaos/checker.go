@@ -399,10 +399,13 @@ func checkLeases(g Group, leases []*lease, row func(string) *KindStats, kindAt f
 	byAcq := slices.Clone(leases)
 	slices.SortFunc(byAcq, func(a, b *lease) int { return cmp.Compare(a.acquired, b.acquired) })
 	for _, l := range leases {
-		// next: the first acquisition by another worker after l's.
+		// next: the first acquisition by another worker after l's. A lease
+		// with a lower token was taken before l's, whenever its worker
+		// recorded it: a worker stopped (SIGSTOP) between the answer and
+		// its record writes the acquisition late.
 		var next *lease
 		for _, m := range byAcq {
-			if m.acquired > l.acquired && m.worker != l.worker {
+			if m.acquired > l.acquired && m.worker != l.worker && m.token > l.token {
 				next = m
 				break
 			}

@@ -212,6 +212,32 @@ func TestCheckUnannouncedOverlapIsLate(t *testing.T) {
 	}
 }
 
+// A worker stopped between its acquisition's answer and its record (a
+// SIGSTOP) records the acquisition late. Its lower token says it came
+// first: the lease taken after it, with a higher token, was not told late
+// about it.
+func TestCheckAcquisitionRecordedLateIsOrderedByToken(t *testing.T) {
+	// b took the key (token 100) at 10 ms but recorded it at 60 ms; its
+	// lease was over before a took the key (token 101) at 20 ms, whose job
+	// ran until 72 ms.
+	a := newHist("a", 0).add(20, chaos.Event{Kind: chaos.EvAcquired, Lease: 1, Token: 101}).
+		add(21, chaos.Event{Kind: chaos.EvRead, Lease: 1, Token: 101, Read: p64(0)}).
+		add(70, chaos.Event{Kind: chaos.EvWrite, Lease: 1, Token: 101, Read: p64(0), Value: p64(1)}).
+		add(71, chaos.Event{Kind: chaos.EvWriteOK, Lease: 1, Token: 101, Read: p64(0), Value: p64(1)}).
+		add(72, chaos.Event{Kind: chaos.EvRelease, Lease: 1, Token: 101}).
+		add(73, chaos.Event{Kind: chaos.EvCtxDone, Lease: 1, Token: 101, Cause: "released"}).
+		add(73, chaos.Event{Kind: chaos.EvReleased, Lease: 1, Token: 101}).end(100)
+	b := newHist("b", 0).add(60, chaos.Event{Kind: chaos.EvAcquired, Lease: 1, Token: 100}).
+		add(61, chaos.Event{Kind: chaos.EvCtxDone, Lease: 1, Token: 100, Cause: "lease lost", Lost: true}).
+		add(62, chaos.Event{Kind: chaos.EvAbandon, Lease: 1, Token: 100}).
+		add(63, chaos.Event{Kind: chaos.EvRelease, Lease: 1, Token: 100}).
+		add(64, chaos.Event{Kind: chaos.EvReleased, Lease: 1, Token: 100, Err: "not held"}).end(100)
+	r := chaos.Check(chaos.Group{Scenario: "s", Histories: [][]chaos.Event{a, b}, Final: 1})
+	if len(r.Late) != 0 || len(r.Failures()) != 0 {
+		t.Fatalf("late %q, failures %q: want none, b's lower token came first", r.Late, r.Failures())
+	}
+}
+
 func TestCheckKilledWorker(t *testing.T) {
 	// a is killed after sending its write, which landed: b read 1.
 	a := newHist("a", 0)
