@@ -26,7 +26,9 @@ type Fault struct {
 // shared a lock key and a counter, the faults injected while they ran,
 // and what the test knows besides.
 type Group struct {
-	Scenario  string
+	Scenario string
+	// Name tells the group from the scenario's others, if it has any.
+	Name      string
 	Histories [][]Event
 	Faults    []Fault
 	// Killed names the workers the schedule SIGKILLed: their histories may
@@ -41,6 +43,12 @@ type Group struct {
 	// Window is how long after a fault's end what happens is still
 	// counted under it.
 	Window time.Duration
+	// UnfencedReads reports that the workers read the counter without
+	// fencing (-chaos.write-fence-only): their reads raise no fence.
+	UnfencedReads bool
+	// VisualizeDir, if set, is where Check writes porcupine's
+	// visualization of a history a model rejects.
+	VisualizeDir string
 }
 
 // KindStats is Check's count for one fault kind of one scenario.
@@ -57,6 +65,9 @@ type KindStats struct {
 	Writes     int `json:"writes"`
 	Accepted   int `json:"accepted"`
 	Rejected   int `json:"stale_rejected"`
+	// Violations are the hand-written checker's, attributed to the kind
+	// of the moment they happened; porcupine's verdict is the group's
+	// (Result.Verdicts) and is the one that fails the suite.
 	Violations int `json:"violations"`
 	// LeasesLost counts leases whose context ended with ErrLeaseLost or
 	// that another owner acquired while their job still ran; ToldInTime
@@ -98,9 +109,16 @@ func (k *KindStats) Max() time.Duration {
 // Result is Check's answer for one Group.
 type Result struct {
 	Scenario string       `json:"scenario"`
+	Group    string       `json:"group,omitempty"`
 	Workers  int          `json:"workers"`
 	Final    int64        `json:"final"`
 	Kinds    []*KindStats `json:"kinds"`
+	// Verdicts are porcupine's, one per model (Linearizability); they
+	// decide whether the group's history is a violation.
+	Verdicts []Verdict `json:"porcupine"`
+	// Disagreement, when set, says how porcupine and the hand-written
+	// checker disagree; porcupine's verdict is the one that counts.
+	Disagreement string `json:"disagreement,omitempty"`
 	// Violations, Late and Errors describe each violation, each lease
 	// loss told late, and each history that could not be checked.
 	Violations []string `json:"violation_details,omitempty"`
@@ -109,17 +127,21 @@ type Result struct {
 }
 
 // Failures lists why the group fails the suite: a history that could not
-// be checked or a worker that died unexpectedly, any violation (every
-// group fences), a lease loss told late under a kind where the lock must
+// be checked or a worker that died unexpectedly, a history porcupine finds
+// not linearizable under a model or cannot decide (every group fences;
+// the hand-written checker's violations are reported, not failed on), a
+// lease loss told late under a kind where the lock must
 // tell in time, a fault never recovered from, or no accepted write at all.
 func (r *Result) Failures() []string {
 	out := slices.Clone(r.Errors)
+	for _, v := range r.Verdicts {
+		if v.Result != Linearizable {
+			out = append(out, r.Scenario+": "+v.String())
+		}
+	}
 	accepted := 0
 	for _, k := range r.Kinds {
 		accepted += k.Accepted
-		if k.Violations > 0 {
-			out = append(out, fmt.Sprintf("%s/%s: %d violations with fencing", r.Scenario, k.Kind, k.Violations))
-		}
 		if k.LateUnexcused > 0 {
 			out = append(out, fmt.Sprintf("%s/%s: %d of %d lost leases told after another owner acquired",
 				r.Scenario, k.Kind, k.LateUnexcused, k.LeasesLost))
@@ -160,7 +182,7 @@ func (l *lease) end() int64 {
 
 // Check checks one group; see KindStats and Result.
 func Check(g Group) *Result {
-	r := &Result{Scenario: g.Scenario, Workers: len(g.Histories), Final: g.Final}
+	r := &Result{Scenario: g.Scenario, Group: g.Name, Workers: len(g.Histories), Final: g.Final}
 	rows := map[string]*KindStats{}
 	row := func(kind string) *KindStats {
 		k := rows[kind]
@@ -232,6 +254,14 @@ func Check(g Group) *Result {
 		r.Violations = append(r.Violations, v.what)
 	}
 	checkLeases(g, leases, row, kindAt, r)
+	verdicts, err := Linearizability(g)
+	if err != nil {
+		r.Errors = append(r.Errors, err.Error())
+	}
+	r.Verdicts = verdicts
+	if len(r.Errors) == 0 { // else the hand-written checker skipped a history
+		r.Disagreement = disagreement(verdicts, len(r.Violations))
+	}
 
 	// A fault is recovered from at the first write accepted after its end
 	// under a lease taken after its start: not the write of a holder
@@ -512,4 +542,22 @@ func onlyFencingFaults(g Group, workers map[string]bool, worker string, from, to
 		hit = true
 	}
 	return hit
+}
+
+// disagreement says how porcupine's verdicts and the hand-written
+// checker's count of violations disagree, or returns "".
+func disagreement(verdicts []Verdict, violations int) string {
+	rejected := false
+	for _, v := range verdicts {
+		if v.Result == NotLinearizable {
+			rejected = true
+		}
+	}
+	switch {
+	case rejected && violations == 0:
+		return "porcupine rejects the history; the hand-written checker found no violation"
+	case !rejected && violations > 0:
+		return fmt.Sprintf("the hand-written checker found %d violations; porcupine found the history linearizable", violations)
+	}
+	return ""
 }

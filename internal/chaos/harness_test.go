@@ -234,10 +234,15 @@ func (r *run) finish() []*chaos.Result {
 	var out []*chaos.Result
 	for _, g := range r.groups {
 		in := chaos.Group{
-			Scenario:    r.name,
-			Killed:      g.killed,
-			FencingOnly: map[string]string{},
-			Window:      window,
+			Scenario:      r.name,
+			Killed:        g.killed,
+			FencingOnly:   map[string]string{},
+			Window:        window,
+			VisualizeDir:  visualizeDir(),
+			UnfencedReads: *writeFenceOnlyFlag,
+		}
+		if len(r.groups) > 1 {
+			in.Name = g.name
 		}
 		for k, why := range g.fencingOnly {
 			in.FencingOnly[k+g.suffix] = why
@@ -274,8 +279,14 @@ func (r *run) finish() []*chaos.Result {
 		for _, f := range result.Failures() {
 			r.t.Errorf("%s", f)
 		}
+		for _, v := range result.Verdicts {
+			r.t.Logf("%s%s: %s", r.name, g.suffix, v)
+		}
+		if result.Disagreement != "" {
+			r.t.Logf("%s%s: the checkers disagree: %s", r.name, g.suffix, result.Disagreement)
+		}
 		for _, v := range result.Violations {
-			r.t.Logf("violation: %s", v)
+			r.t.Logf("violation (hand-written checker): %s", v)
 		}
 		for _, l := range result.Late {
 			r.t.Logf("told late: %s", l)
@@ -283,6 +294,16 @@ func (r *run) finish() []*chaos.Result {
 		out = append(out, result)
 	}
 	return out
+}
+
+// visualizeDir is where porcupine's visualization of a rejected history
+// goes: the report's directory, or without -chaos.out one under the
+// system's temporary directory that outlives the test.
+func visualizeDir() string {
+	if *outFlag != "" {
+		return *outFlag
+	}
+	return filepath.Join(os.TempDir(), "jobguard-chaos")
 }
 
 // inspector returns a Locker on client for Inspect, closed with client

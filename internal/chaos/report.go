@@ -67,15 +67,33 @@ func Markdown(rep *Report) string {
 		fenced = "(**unfenced read**, `-chaos.write-fence-only`, then `fence.Redis.Set`)"
 	}
 	b.WriteString("Every worker is a separate process fencing a slow read-modify-write of a shared counter " +
-		fenced + " with its lease's token. *Violations* are accepted writes " +
-		"that do not chain (two holders' read-modify-writes both accepted) or a lost update. *Told in time*: " +
+		fenced + " with its lease's token. Each group's history (every fenced read and write, with its call and " +
+		"return times; an outcome the worker never learnt is taken as possibly applied) is checked for " +
+		"linearizability by porcupine against two sequential specifications: a *register* whose accepted " +
+		"operations carry non-decreasing fencing tokens (a lower token is refused, a read returns the last " +
+		"accepted write), and a *lease* service under which every accepted write read the value of the accepted " +
+		"write before it (no lost update). Porcupine's verdict decides whether a run violates them. The " +
+		"*violations* column is the earlier hand-written checker's count (accepted writes that do not chain, " +
+		"or a lost update), kept beside it; where the two disagree, both are stated below. *Told in time*: " +
 		"the job's context was canceled before another owner acquired. Rows marked *fencing only* are faults " +
 		"where the lock cannot tell a holder in time and only fencing protects the data; a late announcement " +
 		"there is expected and does not fail the run (it does everywhere else). *Recovery*: from the fault's end " +
 		"to the next write accepted under a lease taken after the fault began. An event is counted under the " +
 		"latest fault that began before it, if that fault ended less than " + rep.Window.String() + " before it (so what " +
 		"follows one fault closely may be counted under the next); *(no fault)* counts the rest.\n\n")
-	b.WriteString("| scenario | fault | fencing only | faults | ops | writes accepted | stale rejected | violations | leases lost | told in time | holder killed | recovery p50 | recovery max |\n")
+	b.WriteString("Porcupine's verdicts:\n\n")
+	for _, r := range rep.Results {
+		name := r.Scenario
+		if r.Group != "" {
+			name += " (" + r.Group + ")"
+		}
+		fmt.Fprintf(&b, "- %s: %s\n", name, verdictLine(r.Verdicts))
+		if r.Disagreement != "" {
+			fmt.Fprintf(&b, "  - the checkers disagree: %s\n", r.Disagreement)
+		}
+	}
+	b.WriteString("\n")
+	b.WriteString("| scenario | fault | fencing only | faults | ops | writes accepted | stale rejected | violations (hand-written checker) | leases lost | told in time | holder killed | recovery p50 | recovery max |\n")
 	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range rep.Results {
 		for _, k := range r.Kinds {
@@ -106,6 +124,30 @@ func Markdown(rep *Report) string {
 		}
 	}
 	return b.String()
+}
+
+// verdictLine states a group's porcupine verdicts in one line:
+// "porcupine: linearizable, N operations (register and lease models, T)"
+// when every model accepts, else each model's verdict.
+func verdictLine(vs []Verdict) string {
+	if len(vs) == 0 {
+		return "porcupine: not checked"
+	}
+	var models []string
+	var took time.Duration
+	for _, v := range vs {
+		if v.Result != Linearizable {
+			parts := make([]string, len(vs))
+			for i, v := range vs {
+				parts[i] = v.String()
+			}
+			return "**" + strings.Join(parts, "; ") + "**"
+		}
+		models = append(models, v.Model)
+		took += v.Took
+	}
+	return fmt.Sprintf("porcupine: linearizable, %d operations (%s models, %v)",
+		vs[0].Operations, strings.Join(models, " and "), took.Round(time.Microsecond))
 }
 
 func ms(d time.Duration) string {

@@ -1,0 +1,150 @@
+package chaos_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/jobguard/jobguard/internal/chaos"
+)
+
+func TestLinearizability(t *testing.T) {
+	ev := func(kind string, tok, read, value int64) chaos.Event {
+		return chaos.Event{Kind: kind, Lease: 1, Token: tok, Read: p64(read), Value: p64(value)}
+	}
+	acquired := func(tok int64) chaos.Event { return chaos.Event{Kind: chaos.EvAcquired, Lease: 1, Token: tok} }
+	// A holder with token 100 that reads 0, is overtaken by token 101's
+	// whole read-modify-write, then writes with outcome (at 30, 31).
+	overtaken := func(outcome string) []chaos.Event {
+		h := newHist("a", 0).add(10, acquired(100)).add(11, ev(chaos.EvRead, 100, 0, 0)).
+			add(30, ev(chaos.EvWrite, 100, 0, 1))
+		if outcome != "" {
+			h.add(31, ev(outcome, 100, 0, 1))
+		}
+		return h.evs
+	}
+	tests := []struct {
+		name      string
+		histories [][]chaos.Event
+		final     int64
+		unfenced  bool // Group.UnfencedReads
+		// register and lease: whether each model accepts the history.
+		register, lease bool
+	}{
+		{name: "clean hand-offs", final: 3, register: true, lease: true, histories: [][]chaos.Event{
+			newHist("a", 0).rmw(10, 1, 100, 0, chaos.EvWriteOK).rmw(40, 2, 102, 2, chaos.EvWriteOK).end(60),
+			newHist("b", 0).rmw(20, 1, 101, 1, chaos.EvWriteOK).end(60),
+		}},
+		{name: "stale write refused", final: 1, register: true, lease: true, histories: [][]chaos.Event{
+			overtaken(chaos.EvWriteStale),
+			newHist("b", 0).rmw(20, 1, 101, 0, chaos.EvWriteOK).end(60),
+		}},
+		{name: "stale-token write accepted", final: 1, register: false, lease: false, histories: [][]chaos.Event{
+			overtaken(chaos.EvWriteOK),
+			newHist("b", 0).rmw(20, 1, 101, 0, chaos.EvWriteOK).end(60),
+		}},
+		{name: "fenced reads interleaved, both writes accepted", final: 1, register: false, lease: false, histories: [][]chaos.Event{
+			newHist("a", 0).rmw(10, 1, 100, 0, chaos.EvWriteOK).end(60),
+			newHist("b", 0).rmw(12, 1, 101, 0, chaos.EvWriteOK).end(60),
+		}},
+		// Reads never answered (as if unfenced): the register cannot see
+		// that both writes read 0; the lease model can.
+		{name: "lost update", final: 1, register: true, lease: false, histories: [][]chaos.Event{
+			newHist("a", 0).add(10, acquired(100)).add(15, ev(chaos.EvWrite, 100, 0, 1)).add(16, ev(chaos.EvWriteOK, 100, 0, 1)).evs,
+			newHist("b", 0).add(20, acquired(101)).add(25, ev(chaos.EvWrite, 101, 0, 1)).add(26, ev(chaos.EvWriteOK, 101, 0, 1)).evs,
+		}},
+		{name: "lost update with unfenced reads", final: 1, unfenced: true, register: true, lease: false, histories: [][]chaos.Event{
+			newHist("a", 0).rmw(10, 1, 100, 0, chaos.EvWriteOK).end(60),
+			newHist("b", 0).rmw(12, 1, 101, 0, chaos.EvWriteOK).end(60),
+		}},
+		{name: "read of a value never written", final: 6, register: false, lease: false, histories: [][]chaos.Event{
+			newHist("a", 0).rmw(10, 1, 100, 5, chaos.EvWriteOK).end(60),
+		}},
+		{name: "final value never written", final: 7, register: false, lease: false, histories: [][]chaos.Event{
+			newHist("a", 0).rmw(10, 1, 100, 0, chaos.EvWriteOK).end(60),
+		}},
+		{name: "unknown write taken as applied", final: 2, register: true, lease: true, histories: [][]chaos.Event{
+			overtaken(chaos.EvWriteError), // token 100 writes 1 at 30: applied
+			newHist("b", 0).rmw(40, 1, 101, 1, chaos.EvWriteOK).end(60),
+		}},
+		{name: "unknown write taken as not applied", final: 1, register: true, lease: true, histories: [][]chaos.Event{
+			newHist("a", 0).rmw(10, 1, 100, 0, chaos.EvWriteError).end(60),
+			newHist("b", 0).rmw(40, 1, 101, 0, chaos.EvWriteOK).end(60),
+		}},
+		{name: "killed writer taken as applied", final: 2, register: true, lease: true, histories: [][]chaos.Event{
+			overtaken(""), // killed after its write was sent
+			newHist("b", 0).rmw(40, 1, 101, 1, chaos.EvWriteOK).end(60),
+		}},
+		{name: "killed writer taken as not applied", final: 1, register: true, lease: true, histories: [][]chaos.Event{
+			overtaken(""),
+			newHist("b", 0).rmw(40, 1, 101, 0, chaos.EvWriteOK).end(60),
+		}},
+		{name: "unknown write cannot explain a value it did not write", final: 1, register: false, lease: false, histories: [][]chaos.Event{
+			newHist("a", 0).rmw(10, 1, 100, 0, chaos.EvWriteError).end(60),
+			newHist("b", 0).rmw(40, 1, 101, 4, chaos.EvWriteOK).end(60),
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vs, err := chaos.Linearizability(chaos.Group{Scenario: "s", Histories: tt.histories, Final: tt.final, UnfencedReads: tt.unfenced})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]bool{"register": tt.register, "lease": tt.lease}
+			if len(vs) != 2 {
+				t.Fatalf("verdicts %v: want 2", vs)
+			}
+			for _, v := range vs {
+				if got := v.Result == chaos.Linearizable; got != want[v.Model] || (!got && v.Result != chaos.NotLinearizable) {
+					t.Errorf("%s", v)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckFailsOnPorcupineAndWritesItsVisualization(t *testing.T) {
+	dir := t.TempDir()
+	a := newHist("a", 0).rmw(10, 1, 100, 0, chaos.EvWriteOK).end(60)
+	b := newHist("b", 0).rmw(12, 1, 101, 0, chaos.EvWriteOK).end(60)
+	r := chaos.Check(chaos.Group{Scenario: "sentinel, no ack", Histories: [][]chaos.Event{a, b}, Final: 1, VisualizeDir: dir})
+	if len(r.Verdicts) != 2 {
+		t.Fatalf("verdicts %v", r.Verdicts)
+	}
+	for _, v := range r.Verdicts {
+		if v.Result != chaos.NotLinearizable || v.Visualization == "" {
+			t.Fatalf("%s: want rejected with a visualization", v)
+		}
+		b, err := os.ReadFile(v.Visualization)
+		if err != nil || !strings.Contains(string(b), "<html") {
+			t.Fatalf("visualization %s: %v, %d bytes", v.Visualization, err, len(b))
+		}
+		if !strings.HasPrefix(v.Visualization, dir) || !strings.HasSuffix(v.Visualization, "porcupine-sentinel--no-ack-"+v.Model+".html") {
+			t.Errorf("visualization at %s", v.Visualization)
+		}
+	}
+	if f := strings.Join(r.Failures(), "\n"); !strings.Contains(f, "porcupine (lease model): not linearizable") {
+		t.Errorf("failures %q", r.Failures())
+	}
+}
+
+func TestCheckReportsDisagreement(t *testing.T) {
+	// Two leases with the same token, one after the other: fencing lets an
+	// equal token pass and no update is lost, so porcupine accepts the
+	// history; the hand-written checker calls it a violation. Both are
+	// reported, and porcupine's verdict decides.
+	a := newHist("a", 0).rmw(10, 1, 100, 0, chaos.EvWriteOK).end(60)
+	b := newHist("b", 0).rmw(20, 1, 100, 1, chaos.EvWriteOK).end(60)
+	r := chaos.Check(chaos.Group{Scenario: "s", Histories: [][]chaos.Event{a, b}, Final: 2})
+	if len(r.Violations) != 1 || !strings.Contains(r.Violations[0], "two accepted writes with token 100") {
+		t.Fatalf("violations %q", r.Violations)
+	}
+	if !strings.Contains(r.Disagreement, "porcupine found the history linearizable") || len(r.Failures()) != 0 {
+		t.Fatalf("disagreement %q, failures %q", r.Disagreement, r.Failures())
+	}
+	for _, v := range r.Verdicts {
+		if v.Result != chaos.Linearizable || v.Operations != 5 {
+			t.Errorf("%s: want linearizable, 5 operations (2 reads, 2 writes, the final read)", v)
+		}
+	}
+}
