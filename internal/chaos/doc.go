@@ -16,13 +16,37 @@
 // it.
 //
 // Check reads the histories of one group of workers, with the faults the
-// schedule injected, and reports per fault kind: operations, accepted
-// writes, stale writes rejected by fencing, violations (accepted writes
-// that do not form one chain, or a final value that is not the last
-// accepted write's), leases lost and whether each job was told (its context
-// canceled) before another owner acquired, and the time from each fault's
-// end to the next accepted write. WriteReport writes report.json and
-// report.md.
+// schedule injected. Whether the group's history is a violation is decided
+// by porcupine (github.com/anishathalye/porcupine), a linearizability
+// checker (Linearizability): every fenced read and write becomes an
+// operation called and returned at its events' Wall times (a read is
+// called when its lease was acquired, a write at its write event), and
+// the final value of the counter a last read after every other. An
+// operation whose outcome the worker never learnt (an error, or a worker
+// killed before the answer) returns at the end of the history and may have
+// been applied or not. The history is checked against two sequential
+// specifications of a resource holding a fence (the highest token
+// accepted) and a counter:
+//
+//   - the register: an operation with a token at or above the fence is
+//     accepted and raises the fence to its token, one below is refused and
+//     changes nothing, an accepted read returns the last accepted write's
+//     value;
+//   - the lease: the register, and every accepted write read the value of
+//     the accepted write before it, so that two fenced read-modify-writes
+//     under the lock never interleave and no update is lost.
+//
+// A history either model rejects, or that porcupine cannot decide within
+// CheckTimeout, fails the suite; its visualization (porcupine.VisualizePath)
+// is written to Group.VisualizeDir, the report's directory. Check also
+// reports per fault kind: operations, accepted writes, stale writes
+// rejected by fencing, the violations of the hand-written checker that came
+// before porcupine (accepted writes that do not form one chain, or a final
+// value that is not the last accepted write's; reported beside porcupine's
+// verdict, with any disagreement, but no longer failing the suite), leases
+// lost and whether each job was told (its context canceled) before another
+// owner acquired, and the time from each fault's end to the next accepted
+// write. WriteReport writes report.json and report.md.
 //
 // # Running
 //
@@ -34,9 +58,12 @@
 //		-args -chaos.profile=full -chaos.seed=15 -chaos.out=$PWD/chaos-report
 //
 // -chaos.seed sets the schedule's seed (printed at the start and in the
-// report), -chaos.out a directory for report.json, report.md and the
-// workers' histories (a relative path is taken from the package
-// directory, where go test runs the test), and -chaos.write-fence-only
-// makes workers fence only their writes, to show the violations that
-// leaves (the run is then expected to fail).
+// report), -chaos.out a directory for report.json, report.md, the
+// workers' histories and porcupine's visualization of any history it
+// rejects (a relative path is taken from the package directory, where go
+// test runs the test; without -chaos.out, visualizations go to
+// $TMPDIR/jobguard-chaos), and -chaos.write-fence-only makes workers fence
+// only their writes, to show the violations that leaves (the run is then
+// expected to fail; its reads are checked as unfenced reads, which raise
+// no fence).
 package chaos

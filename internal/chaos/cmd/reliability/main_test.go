@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jobguard/jobguard/internal/chaos"
 	"go.uber.org/goleak"
@@ -37,15 +38,19 @@ func writeRun(t *testing.T, rep *chaos.Report, fuzzLog string) string {
 	return dir
 }
 
-func kinds(ks ...*chaos.KindStats) []*chaos.Result {
-	return []*chaos.Result{{Scenario: "s", Kinds: ks}}
+// kinds is one group's result with porcupine's verdict v for both models.
+func kinds(v string, ks ...*chaos.KindStats) []*chaos.Result {
+	return []*chaos.Result{{Scenario: "s", Kinds: ks, Verdicts: []chaos.Verdict{
+		{Model: "register", Result: v, Operations: 40, Took: time.Millisecond},
+		{Model: "lease", Result: v, Operations: 40, Took: time.Millisecond},
+	}}}
 }
 
 // The headline and the bullets add up the report's rows: faults and kinds
 // only where faults were injected, lost leases split by whether the lock can
 // tell in time.
 func TestHeadlineAddsUpTheReport(t *testing.T) {
-	rep := &chaos.Report{Seed: 7, CPUs: 2, Machine: "Linux vm 6.1 x", Results: kinds(
+	rep := &chaos.Report{Seed: 7, CPUs: 2, Machine: "Linux vm 6.1 x", Results: kinds(chaos.Linearizable,
 		&chaos.KindStats{Scenario: "s", Kind: "pause", FencingOnly: true, Faults: 3, Accepted: 5, Rejected: 2, LeasesLost: 3, ToldInTime: 0},
 		&chaos.KindStats{Scenario: "s", Kind: "cut", Faults: 2, Accepted: 4, LeasesLost: 2, ToldInTime: 2},
 		&chaos.KindStats{Scenario: "s", Kind: "(no fault)", Accepted: 9},
@@ -56,9 +61,10 @@ func TestHeadlineAddsUpTheReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"**0 violations in 5 faults of 2 kinds;",
+		"**0 violations (porcupine) in 5 faults of 2 kinds;",
 		"passed.**",
-		"in 18 accepted writes; 2 stale",
+		"porcupine found 1 of 1 histories linearizable under both models (40 operations, checked in 2ms); 18 accepted writes, 2 stale",
+		"The hand-written checker kept beside it counted 0 violations",
 		"2 of 2 leases lost under faults where the lock can tell the holder in time had their job's context canceled before another worker acquired the lock (100%)",
 		"0 of 3 leases lost under those faults were told in time: pause (s).",
 		"no violation under these faults either",
@@ -75,7 +81,7 @@ func TestHeadlineAddsUpTheReport(t *testing.T) {
 // A failed run, a violation or a failed fuzz target shows in the document;
 // a demonstration run or a missing part is refused.
 func TestFailuresShow(t *testing.T) {
-	rep := &chaos.Report{Failures: []string{"worker 2 died"}, Results: kinds(
+	rep := &chaos.Report{Failures: []string{"worker 2 died"}, Results: kinds(chaos.NotLinearizable,
 		&chaos.KindStats{Scenario: "s", Kind: "pause", FencingOnly: true, Faults: 1, Violations: 1},
 	)}
 	dir := writeRun(t, rep, "fuzz: elapsed: 1s, execs: 5 (5/sec), new interesting: 0 (total: 1)\n--- FAIL: FuzzKey (1.00s)\nFAIL\n")
@@ -83,7 +89,8 @@ func TestFailuresShow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"**1 violations in 1 faults of 1 kinds;", "FAILED (1 failures)", "**1 violations under these faults**", "| **FAIL** |"} {
+	for _, want := range []string{"**1 violations (porcupine) in 1 faults of 1 kinds;", "FAILED (1 failures)", "porcupine found 0 of 1 histories linearizable",
+		"**The hand-written checker counted 1 violations under these faults**", "| **FAIL** |"} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("document lacks %q:\n%s", want, doc)
 		}
