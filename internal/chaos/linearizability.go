@@ -166,7 +166,6 @@ func fencedHistory(g Group) []porcupine.Operation {
 		set bool
 	}
 	for client, h := range g.Histories {
-		var acquired int64
 		var read, write pending
 		flush := func(p *pending) {
 			if p.set {
@@ -182,12 +181,11 @@ func fencedHistory(g Group) []porcupine.Operation {
 			case EvAcquired:
 				flush(&read)
 				flush(&write)
-				acquired = e.Wall
 				kind := opRead
 				if g.UnfencedReads {
 					kind = opPeek
 				}
-				read = pending{porcupine.Operation{ClientId: client, Call: acquired,
+				read = pending{porcupine.Operation{ClientId: client, Call: e.Wall,
 					Input: fencedInput{kind: kind, worker: e.Worker, token: e.Token}}, true}
 			case EvAbandon:
 				if e.Read == nil { // abandoned before the read was sent
@@ -233,6 +231,9 @@ func fencedHistory(g Group) []porcupine.Operation {
 		if ops[i].Return == math.MaxInt64 {
 			ops[i].Return = end + 1
 		}
+		// A wall clock stepped back between call and return: widen the
+		// interval to a point rather than hand porcupine an empty one.
+		ops[i].Return = max(ops[i].Return, ops[i].Call)
 	}
 	return append(ops, porcupine.Operation{ClientId: len(g.Histories), Call: end + 2, Return: end + 3,
 		Input: fencedInput{kind: opPeek}, Output: fencedOutput{outcome: outOK, value: g.Final}})
