@@ -487,21 +487,27 @@ type fencedOp struct {
 
 // fencedOps returns the accepted reads and writes of one worker's history.
 // A write was sent when its attempt was recorded; a read, no earlier than
-// the event before it.
+// the event before it in the job's own sequence. The end of the lease's
+// context is recorded by a goroutine of its own, while the read may be in
+// flight (a worker SIGSTOPped with its read sent records both after it
+// resumes), so it says nothing of when the read was sent.
 func fencedOps(h []Event) []fencedOp {
 	var out []fencedOp
-	var attempt int64
-	for i, e := range h {
+	var attempt, last int64
+	for _, e := range h {
 		switch e.Kind {
+		case EvCtxDone:
+			continue
 		case EvRead:
-			if i > 0 {
-				out = append(out, fencedOp{e.Worker, "read", e.Token, h[i-1].Wall, e.Wall})
+			if last != 0 {
+				out = append(out, fencedOp{e.Worker, "read", e.Token, last, e.Wall})
 			}
 		case EvWrite:
 			attempt = e.Wall
 		case EvWriteOK:
 			out = append(out, fencedOp{e.Worker, "write", e.Token, attempt, e.Wall})
 		}
+		last = e.Wall
 	}
 	return out
 }

@@ -238,6 +238,33 @@ func TestCheckAcquisitionRecordedLateIsOrderedByToken(t *testing.T) {
 	}
 }
 
+// A lease's end is recorded by a goroutine of its own, also while the
+// job's read is in flight: a worker stopped with its read sent records the
+// end and then the read when it resumes. The read was sent before the end
+// was recorded, so a higher token seen meanwhile is no violation.
+func TestCheckReadInFlightWhenTheLeaseEnded(t *testing.T) {
+	// b (token 100) acquired at 10 ms and sent its read; stopped, it
+	// recorded the end of its lease at 60 ms and the read at 61 ms. a
+	// (token 101) had read at 30 ms.
+	b := newHist("b", 0).add(10, chaos.Event{Kind: chaos.EvAcquired, Lease: 1, Token: 100}).
+		add(60, chaos.Event{Kind: chaos.EvCtxDone, Lease: 1, Token: 100, Cause: "lease lost", Lost: true}).
+		add(61, chaos.Event{Kind: chaos.EvRead, Lease: 1, Token: 100, Read: p64(0)}).
+		add(62, chaos.Event{Kind: chaos.EvWrite, Lease: 1, Token: 100, Read: p64(0), Value: p64(1)}).
+		add(63, chaos.Event{Kind: chaos.EvWriteStale, Lease: 1, Token: 100, Read: p64(0), Value: p64(1)}).
+		add(64, chaos.Event{Kind: chaos.EvRelease, Lease: 1, Token: 100}).
+		add(65, chaos.Event{Kind: chaos.EvReleased, Lease: 1, Token: 100, Err: "not held"}).end(100)
+	a := newHist("a", 0).rmw(25, 1, 101, 0, chaos.EvWriteOK).end(100)
+	r := chaos.Check(chaos.Group{Scenario: "s", Histories: [][]chaos.Event{a, b}, Final: 1})
+	for _, f := range r.Failures() {
+		if strings.Contains(f, "violation") {
+			t.Fatalf("failures %q: want no violation, b's read was sent at 10 ms", r.Failures())
+		}
+	}
+	if k := kind(t, r, chaos.NoFault); k.Violations != 0 {
+		t.Fatalf("row %+v: want no violation", k)
+	}
+}
+
 func TestCheckKilledWorker(t *testing.T) {
 	// a is killed after sending its write, which landed: b read 1.
 	a := newHist("a", 0)
