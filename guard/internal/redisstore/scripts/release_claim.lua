@@ -12,10 +12,21 @@
 -- is ARGV[1]); or {outcome, -1, message} when the value was not stored
 -- because the counter or the claim holds another type (the message, a
 -- WRONGTYPE error's, names the key): the release applies all the same.
--- An error reply when set_counts.lua answers one.
+-- An error reply when set_counts.lua answers one. A claim that already
+-- holds the value (a retry whose first try applied) counts as stored.
 -- The claim goes first: a release that grants the key to a waiter mints a
 -- newer token, which the claim's check would then find.
-local counter = claim_fenced({KEYS[1], KEYS[2]}, {ARGV[1], ARGV[2], ARGV[3]})
+-- A retry whose first try stored the value, and then granted the key to a
+-- waiter (a newer token), finds the claim holding it: stored, by this
+-- holder, whatever the counter says now.
+local counter
+local held = redis.pcall('GET', KEYS[2])
+if held == ARGV[2] then
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  counter = tonumber(ARGV[1])
+else
+  counter = claim_fenced({KEYS[1], KEYS[2]}, {ARGV[1], ARGV[2], ARGV[3]})
+end
 local outcome = set_counts({unpack(KEYS, 3)}, {unpack(ARGV, 4)})
 if failed(outcome) then return outcome end
 if failed(counter) then return {outcome, -1, counter.err} end
