@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: test test-servers redis fmt-check vet bench servercost chaos
+.PHONY: test test-servers redis fmt-check vet bench servercost chaos chaos-long chaos-rest
 
 # The suite runs under internal/cmd/testsummary, which runs go test -json
 # and prints a line per package as it finishes and the whole output of
@@ -101,14 +101,30 @@ servercost: redis
 # stops by itself. It writes chaos-report/ (the suite's report and the
 # workers' histories, the soak's section, the fuzz logs) and RELIABILITY.md
 # from them. SEED picks the fault schedule; FUZZTIME bounds each fuzz target.
+#
+# chaos-long is the same with every scenario running at once for DURATION
+# (a Go duration, an hour by default: over a thousand faults and tens of
+# thousands of operations); RELIABILITY.md is published from it.
 SEED ?= 15
 FUZZTIME ?= 20s
+DURATION ?= 60m
 CHAOS_DIR = $(CURDIR)/chaos-report
 
 chaos: redis
 	rm -rf $(CHAOS_DIR) && mkdir -p $(CHAOS_DIR)
 	$(GO) test -race -count=1 -timeout 15m -run '^TestChaos$$' ./internal/chaos/ \
 		-args -chaos.profile=full -chaos.seed=$(SEED) -chaos.out=$(CHAOS_DIR)
+	$(MAKE) --no-print-directory chaos-rest
+
+chaos-long: redis
+	rm -rf $(CHAOS_DIR) && mkdir -p $(CHAOS_DIR)
+	$(GO) test -race -count=1 -timeout 3h -run '^TestChaos$$' ./internal/chaos/ \
+		-args -chaos.profile=long -chaos.duration=$(DURATION) -chaos.seed=$(SEED) -chaos.out=$(CHAOS_DIR)
+	$(MAKE) --no-print-directory chaos-rest
+
+# chaos-rest: the soak and the fuzz targets after either suite, then
+# RELIABILITY.md from the directory.
+chaos-rest:
 	$(GO) test -race -count=1 -timeout 10m -run '^TestSoak$$' ./internal/soak/ \
 		-soak.leases 10000 -soak.duration 60s -soak.out $(CHAOS_DIR)/soak.md
 	@set -e; for t in FuzzKey@guard FuzzOptions@guard FuzzIdempotencyKey@httpguard; do \

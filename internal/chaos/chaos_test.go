@@ -17,9 +17,10 @@ import (
 )
 
 var (
-	seedFlag    = flag.Uint64("chaos.seed", 15, "seed of the fault schedule")
-	profileFlag = flag.String("chaos.profile", "slice", "slice (a fixed-seed slice of every scenario, under a minute) or full (several faults of each kind)")
-	outFlag     = flag.String("chaos.out", "", "directory to write report.json, report.md and the histories to (relative to the package directory)")
+	seedFlag     = flag.Uint64("chaos.seed", 15, "seed of the fault schedule")
+	profileFlag  = flag.String("chaos.profile", "slice", "slice (a fixed-seed slice of every scenario, under a minute), full (several faults of each kind) or long (every scenario at once for -chaos.duration)")
+	durationFlag = flag.Duration("chaos.duration", time.Hour, "how long the long profile injects faults")
+	outFlag      = flag.String("chaos.out", "", "directory to write report.json, report.md and the histories to (relative to the package directory)")
 	// writeFenceOnlyFlag shows why the workers fence their reads: with
 	// only the write fenced, a stale holder's write can land between a
 	// newer holder's read and write, and the run is expected to fail.
@@ -55,7 +56,13 @@ var scenarios = []scenario{
 func TestChaos(t *testing.T) {
 	p, ok := profiles[*profileFlag]
 	if !ok {
-		t.Fatalf("-chaos.profile=%q: want slice or full", *profileFlag)
+		t.Fatalf("-chaos.profile=%q: want slice, full or long", *profileFlag)
+	}
+	if p.name == "long" {
+		if *durationFlag <= 0 {
+			t.Fatalf("-chaos.duration=%v: want a positive duration", *durationFlag)
+		}
+		p.duration = *durationFlag
 	}
 	seed := *seedFlag
 	fmt.Fprintf(os.Stderr, "chaos: profile %s, seed %d (rerun with -chaos.seed=%d)\n", p.name, seed, seed)
@@ -104,7 +111,14 @@ func uname() string {
 }
 
 func command(p profile, seed uint64) string {
-	c := fmt.Sprintf("go test -race -count=1 -timeout 15m -run '^TestChaos$' ./internal/chaos/ -args -chaos.profile=%s -chaos.seed=%d", p.name, seed)
+	timeout := "15m"
+	if p.duration > 0 {
+		timeout = chaosLongTimeout
+	}
+	c := fmt.Sprintf("go test -race -count=1 -timeout %s -run '^TestChaos$' ./internal/chaos/ -args -chaos.profile=%s -chaos.seed=%d", timeout, p.name, seed)
+	if p.duration > 0 {
+		c += " -chaos.duration=" + p.duration.String()
+	}
 	if *outFlag != "" {
 		c += " -chaos.out=" + *outFlag
 	}
@@ -113,6 +127,10 @@ func command(p profile, seed uint64) string {
 	}
 	return c
 }
+
+// chaosLongTimeout is the go test -timeout make chaos-long passes: a
+// backstop, as the run stops itself after -chaos.duration.
+const chaosLongTimeout = "3h"
 
 // plan is the scenario's schedule: each kind p.each times.
 func plan(p profile, seed uint64, name string, kinds ...string) []chaos.Step {
@@ -134,13 +152,16 @@ const (
 // and restarted without persistence.
 func runStandalone(t *testing.T, p profile, seed uint64) []*chaos.Result {
 	server := redistest.Start(t)
-	r := newRun(t, "standalone", chaos.Standalone)
+	r := newRun(t, p, "standalone", chaos.Standalone)
 	r.lockAddr = server.Addr()
 	g := &group{name: "g", fencingOnly: map[string]string{kindPause: whyPause, kindRestart: whyNoAOF}}
 	r.groups = []*group{g}
 	r.startWorkers(g, p.workers)
 	insp := inspector(t, server.Client(t, fastOptions))
 	for _, s := range plan(p, seed, r.name, kindPause, kindBlackhole, kindSlow, kindKill, kindRestart) {
+		if r.over() {
+			break
+		}
 		time.Sleep(s.Gap)
 		switch s.Kind {
 		case kindPause:
@@ -166,12 +187,15 @@ func runStandalone(t *testing.T, p profile, seed uint64) []*chaos.Result {
 // restarted: the holds survive, so every lost lease is told in time.
 func runStandaloneAOF(t *testing.T, p profile, seed uint64) []*chaos.Result {
 	server := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
-	r := newRun(t, "standalone-aof", chaos.Standalone)
+	r := newRun(t, p, "standalone-aof", chaos.Standalone)
 	r.lockAddr = server.Addr()
 	g := &group{name: "g"}
 	r.groups = []*group{g}
 	r.startWorkers(g, p.workers)
 	for _, s := range plan(p, seed, r.name, kindRestartAO) {
+		if r.over() {
+			break
+		}
 		time.Sleep(s.Gap)
 		r.inject(s.Kind, s.Duration/5, func() string { server.Kill(t); return server.Addr() }, func() { server.Restart(t) })
 	}

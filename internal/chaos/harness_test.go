@@ -21,17 +21,22 @@ import (
 // profile is how much of each scenario a run does.
 type profile struct {
 	name     string
-	each     int  // faults of each kind per scenario
+	each     int  // faults of each kind per scenario (a bound when duration is set)
 	workers  int  // workers per group
 	parallel bool // run the scenarios at once
+	// duration, when set, is how long every scenario goes on injecting
+	// faults from its schedule; the schedule then ends it, not each.
+	duration time.Duration
 }
 
 // The slice runs one fault of each kind, every scenario at once, to fit
 // in a minute; the full profile runs several of each, one scenario after
-// another.
+// another; the long one runs every scenario at once for -chaos.duration
+// (make chaos-long), with each only a bound on its schedule's length.
 var profiles = map[string]profile{
 	"slice": {name: "slice", each: 1, workers: 3, parallel: true},
 	"full":  {name: "full", each: 6, workers: 4},
+	"long":  {name: "long", each: 5000, workers: 3, parallel: true},
 }
 
 // Timing shared by every scenario: leases of one second, told to stop
@@ -83,11 +88,13 @@ type run struct {
 	dir        string
 	stopFile   string
 	deadline   time.Time
-	groups     []*group
-	faults     []chaos.Fault
+	// end is when a long run's schedule stops (zero: when it runs out).
+	end    time.Time
+	groups []*group
+	faults []chaos.Fault
 }
 
-func newRun(t *testing.T, name, topology string) *run {
+func newRun(t *testing.T, p profile, name, topology string) *run {
 	t.Helper()
 	dir := t.TempDir()
 	if *outFlag != "" { // keep the histories beside the report
@@ -99,14 +106,23 @@ func newRun(t *testing.T, name, topology string) *run {
 			t.Fatal(err)
 		}
 	}
-	return &run{
+	r := &run{
 		t: t, name: name, topology: topology,
 		resource: redistest.Start(t),
 		dir:      dir,
 		stopFile: filepath.Join(dir, "stop"),
 		deadline: time.Now().Add(8 * time.Minute), // a bound; the stop file ends them
 	}
+	if p.duration > 0 {
+		r.end = time.Now().Add(p.duration)
+		r.deadline = r.end.Add(5 * time.Minute)
+	}
+	return r
 }
+
+// over reports whether a long run's time is up: its scenario injects no
+// more faults and finishes.
+func (r *run) over() bool { return !r.end.IsZero() && time.Now().After(r.end) }
 
 func (r *run) lockKey(g *group) string { return r.name + "-" + g.name }
 

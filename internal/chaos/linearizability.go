@@ -227,6 +227,7 @@ func fencedHistory(g Group) []porcupine.Operation {
 		flush(&read)
 		flush(&write)
 	}
+	boundUnknown(ops)
 	for i := range ops {
 		if ops[i].Return == math.MaxInt64 {
 			ops[i].Return = end + 1
@@ -237,6 +238,35 @@ func fencedHistory(g Group) []porcupine.Operation {
 	}
 	return append(ops, porcupine.Operation{ClientId: len(g.Histories), Call: end + 2, Return: end + 3,
 		Input: fencedInput{kind: opPeek}, Output: fencedOutput{outcome: outOK, value: g.Final}})
+}
+
+// boundUnknown ends each fenced operation whose outcome is unknown at the
+// return of the first operation accepted with a higher token: from then on
+// the fence is above its token in every linearization, so the model can
+// only take it as refused, and ending it there allows exactly the
+// linearizations that leaving it open would. An operation open to the end
+// of the history overlaps every later one, and an hour's history with a
+// few hundred of them would not be decided in time; bounded, each overlaps
+// only the operations of its own fault.
+func boundUnknown(ops []porcupine.Operation) {
+	var accepted []porcupine.Operation
+	for _, op := range ops {
+		in, out := op.Input.(fencedInput), op.Output.(fencedOutput)
+		if in.kind != opPeek && out.outcome == outOK {
+			accepted = append(accepted, op)
+		}
+	}
+	for i := range ops {
+		in := ops[i].Input.(fencedInput)
+		if in.kind == opPeek || ops[i].Output.(fencedOutput).outcome != outUnknown {
+			continue
+		}
+		for _, a := range accepted {
+			if a.Input.(fencedInput).token > in.token && a.Return < ops[i].Return {
+				ops[i].Return = max(a.Return, ops[i].Call)
+			}
+		}
+	}
 }
 
 // Linearizability checks the group's history against the register and the

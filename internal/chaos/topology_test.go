@@ -26,7 +26,7 @@ const (
 // replica before the next.
 func runSentinel(t *testing.T, p profile, seed uint64) []*chaos.Result {
 	s := redistest.StartSentinel(t, 2)
-	r := newRun(t, "sentinel", chaos.Sentinel)
+	r := newRun(t, p, "sentinel", chaos.Sentinel)
 	r.addrs, r.masterName = s.SentinelAddrs(), redistest.SentinelMaster
 	ack := &group{name: "ack", suffix: ", replica ack 1", replicaAck: 1}
 	noack := &group{name: "noack", suffix: ", no replica ack", fencingOnly: map[string]string{kindSentinel: whyNoAck}}
@@ -35,6 +35,9 @@ func runSentinel(t *testing.T, p profile, seed uint64) []*chaos.Result {
 	r.startWorkers(noack, p.workers)
 	steps := plan(p, seed, r.name, kindSentinel)
 	for i, st := range steps {
+		if r.over() {
+			break
+		}
 		time.Sleep(st.Gap)
 		old := s.Master(t)
 		r.inject(st.Kind, 0, func() string { old.Kill(t); return old.Addr() }, func() {
@@ -56,7 +59,7 @@ func runSentinel(t *testing.T, p profile, seed uint64) []*chaos.Result {
 // node is restarted and rejoins as a replica before the next.
 func runCluster(t *testing.T, p profile, seed uint64) []*chaos.Result {
 	c := redistest.StartReplicatedCluster(t)
-	r := newRun(t, "cluster", chaos.Cluster)
+	r := newRun(t, p, "cluster", chaos.Cluster)
 	r.addrs = c.Addrs()
 	g := &group{name: "g", fencingOnly: map[string]string{kindCluster: whyClusterNoAk}}
 	r.groups = []*group{g}
@@ -64,6 +67,9 @@ func runCluster(t *testing.T, p profile, seed uint64) []*chaos.Result {
 	key := r.lockKey(g) // guard's keys hash on {key}: the same slot
 	steps := plan(p, seed, r.name, kindCluster)
 	for i, st := range steps {
+		if r.over() {
+			break
+		}
 		time.Sleep(st.Gap)
 		m := c.MasterOf(t, key)
 		r.inject(st.Kind, 0, func() string { m.Kill(t); return m.Addr() }, func() {
@@ -83,7 +89,7 @@ func runCluster(t *testing.T, p profile, seed uint64) []*chaos.Result {
 // or SIGKILLed and restarted empty.
 func runQuorum(t *testing.T, p profile, seed uint64) []*chaos.Result {
 	masters := redistest.StartMasters(t, 3)
-	r := newRun(t, "redlock", chaos.Quorum)
+	r := newRun(t, p, "redlock", chaos.Quorum)
 	for _, m := range masters {
 		r.addrs = append(r.addrs, m.Addr())
 	}
@@ -91,6 +97,9 @@ func runQuorum(t *testing.T, p profile, seed uint64) []*chaos.Result {
 	r.groups = []*group{g}
 	r.startWorkers(g, p.workers)
 	for i, st := range plan(p, seed, r.name, kindMinority, kindEmptyNode) {
+		if r.over() {
+			break
+		}
 		time.Sleep(st.Gap)
 		m := masters[i%len(masters)]
 		switch st.Kind {
