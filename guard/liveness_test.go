@@ -240,6 +240,7 @@ var livenessCalls = []livenessCall{
 			return e.l.ClaimFenced(ctx, "fenced-claim", le.Token(), []byte("v"), time.Minute)
 		})
 	}},
+	{name: "WithClaim release", setup: withClaimRelease},
 	{name: "quorum Acquire fresh", quorum: true, setup: acquireFresh},
 	{name: "quorum Acquire waiting", quorum: true, setup: acquireWaiting},
 	{name: "quorum Release", quorum: true, setup: releaseLease},
@@ -288,6 +289,46 @@ func acquireReentering(t *testing.T, e *faultEnv) (func(context.Context) error, 
 		}
 		return err
 	})
+}
+
+// withClaimRelease runs WithClaim's final release, which stores the job's
+// result and frees the key in one request, into the fault: each job starts
+// before the fault and returns its result when its call is made, under a
+// WithClaim context that the call's context cancels.
+func withClaimRelease(t *testing.T, e *faultEnv) (func(context.Context) error, func(context.Context) error) {
+	call := func(key string) func(context.Context) error {
+		parent, cancel := context.WithCancel(context.Background())
+		started, finish := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		result := make(chan error, 1)
+		go func() {
+			_, err := e.l.WithClaim(parent, key, []byte("bind"), time.Minute, func(context.Context) ([]byte, time.Duration, error) {
+				close(started)
+				<-finish
+				return []byte("result"), time.Minute, nil
+			})
+			result <- err
+		}()
+		t.Cleanup(func() { // should the test end before the call
+			once.Do(func() { close(finish) })
+			cancel()
+			<-result
+		})
+		select {
+		case <-started:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("WithClaim(%q) did not start its job within 5s", key)
+		}
+		return func(ctx context.Context) error {
+			stop := context.AfterFunc(ctx, cancel)
+			defer stop()
+			once.Do(func() { close(finish) })
+			err := <-result
+			result <- err // for the cleanup
+			return err
+		}
+	}
+	return call("claim-stuck"), call("claim-measured")
 }
 
 // releaseLease releases two leases of one hold: the stuck goroutine the

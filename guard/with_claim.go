@@ -271,18 +271,24 @@ func (h *hold) takeFinal(le *Lease) bool {
 }
 
 // releaseClaimFinal is releaseClaim in one request, for a lease that
-// takeFinal took off its hold: one Release phase for the observer.
+// takeFinal took off its hold: one Release phase for the observer. It waits
+// for the answer as Release does: until ctx is done (or, for a ctx already
+// done, up to the request timeout), while the request goes on without it.
 func (l *Locker) releaseClaimFinal(ctx context.Context, cs store.ClaimHolds, le *Lease, value []byte, keep time.Duration) (stored bool, storeErr, relErr error) {
 	h := le.h
 	le.released.Store(true)
 	defer le.cancel(ErrReleased)
+	if ctx.Err() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
 	var rep store.ReleaseClaimReply
-	var sendErr error
+	var sendErr, waitErr error
 	info := observe.Info{Key: h.key, Name: h.name, Write: le.write, TTL: h.timing.ttl, Token: h.token}
 	relErr = l.observed(ctx, observe.Release, info, func(ctx context.Context, _ *observe.Info) error {
-		rep, sendErr = h.sendReleaseClaim(ctx, cs, value, keep)
-		h.settleFinal(rep.Outcome, sendErr)
+		rep, sendErr, waitErr = h.finishClaim(ctx, cs, value, keep)
 		switch {
+		case waitErr != nil:
+			return fmt.Errorf("guard: release %q: %w; the release goes on without waiting, and the key expires within its TTL if it does not land", h.key, waitErr)
 		case sendErr != nil:
 			return fmt.Errorf("guard: release %q: %w", h.key, sendErr)
 		case rep.Outcome == store.Applied:
@@ -294,13 +300,35 @@ func (l *Locker) releaseClaimFinal(ctx context.Context, cs store.ClaimHolds, le 
 		}
 	})
 	switch {
-	case sendErr != nil:
+	case waitErr != nil, sendErr != nil:
 		return false, nil, relErr // stored or not: nobody can tell
 	case rep.ClaimErr != nil:
 		return false, redisError(h.key, rep.ClaimErr), relErr
 	}
 	storeErr = redisError(h.key, superseded(h.token, rep.Counter))
 	return storeErr == nil, storeErr, relErr
+}
+
+// finishClaim sends the final release with its claim from a goroutine of
+// the Locker's runner, which ends the hold when Redis answers, and waits
+// for the answer until ctx is done (waitErr is then ctx's cause), as a
+// final Release waits for its count update: a caller that gives up on a
+// dead link is not held for the request's retries.
+func (h *hold) finishClaim(ctx context.Context, cs store.ClaimHolds, value []byte, keep time.Duration) (rep store.ReleaseClaimReply, sendErr, waitErr error) {
+	s := &countSync{obsCtx: ctx, done: make(chan struct{})}
+	var r store.ReleaseClaimReply
+	if !h.l.runner.start(func() {
+		r, s.err = h.sendReleaseClaim(s.obsCtx, cs, value, keep)
+		h.settleFinal(r.Outcome, s.err)
+		close(s.done)
+	}) {
+		h.settleFinal(0, ErrClosed)
+		return rep, ErrClosed, nil
+	}
+	if err := s.await(ctx, h); err != nil {
+		return rep, nil, err
+	}
+	return r, s.err, nil
 }
 
 // sendReleaseClaim stores value fenced and sends the hold's final count
