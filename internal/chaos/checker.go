@@ -49,6 +49,9 @@ type Group struct {
 	// VisualizeDir, if set, is where Check writes porcupine's
 	// visualization of a history a model rejects.
 	VisualizeDir string
+	// CheckTimeout bounds each porcupine check (0: the package's
+	// CheckTimeout).
+	CheckTimeout time.Duration
 }
 
 // KindStats is Check's count for one fault kind of one scenario.

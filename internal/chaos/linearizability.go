@@ -274,6 +274,10 @@ func boundUnknown(ops []porcupine.Operation) {
 // set, porcupine's visualization of the history is written there.
 func Linearizability(g Group) ([]Verdict, error) {
 	ops := fencedHistory(g)
+	timeout := g.CheckTimeout
+	if timeout <= 0 {
+		timeout = CheckTimeout
+	}
 	var out []Verdict
 	var errs []string
 	for _, m := range []struct {
@@ -282,7 +286,7 @@ func Linearizability(g Group) ([]Verdict, error) {
 	}{{"register", false}, {"lease", true}} {
 		model := fencedModel(m.rmw)
 		start := time.Now()
-		res, info := porcupine.CheckOperationsVerbose(model, ops, CheckTimeout)
+		res, info := porcupine.CheckOperationsVerbose(model, ops, timeout)
 		v := Verdict{Model: m.name, Operations: len(ops), Took: time.Since(start)}
 		switch res {
 		case porcupine.Ok:

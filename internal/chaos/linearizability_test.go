@@ -4,6 +4,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jobguard/jobguard/internal/chaos"
 )
@@ -79,6 +80,13 @@ func TestLinearizability(t *testing.T) {
 			overtaken(""),
 			newHist("b", 0).rmw(40, 1, 101, 0, chaos.EvWriteOK).end(60),
 		}},
+		// Token 100's write never answered; token 101's read-modify-write
+		// was accepted after it: 100's value can no longer be applied.
+		{name: "unknown write cannot land after a higher token", final: 7, register: false, lease: false, histories: [][]chaos.Event{
+			newHist("a", 0).add(10, acquired(100)).add(11, ev(chaos.EvRead, 100, 0, 0)).add(12, ev(chaos.EvWrite, 100, 0, 7)).
+				add(13, ev(chaos.EvWriteError, 100, 0, 7)).evs,
+			newHist("b", 0).rmw(40, 1, 101, 0, chaos.EvWriteOK).end(60),
+		}},
 		{name: "unknown write cannot explain a value it did not write", final: 1, register: false, lease: false, histories: [][]chaos.Event{
 			newHist("a", 0).rmw(10, 1, 100, 0, chaos.EvWriteError).end(60),
 			newHist("b", 0).rmw(40, 1, 101, 4, chaos.EvWriteOK).end(60),
@@ -100,6 +108,32 @@ func TestLinearizability(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A history porcupine cannot decide within the check's timeout is
+// undecided, and Check fails on it: 24 writes whose outcome nobody learnt,
+// all at once, and a final value none of them wrote leave porcupine every
+// subset in every order to rule out.
+func TestUndecidedHistoryFails(t *testing.T) {
+	var hs [][]chaos.Event
+	for i := range 24 {
+		tok := int64(100 + i)
+		h := newHist(string(rune('a'+i)), 0).add(10, chaos.Event{Kind: chaos.EvAcquired, Lease: 1, Token: tok}).
+			add(11, chaos.Event{Kind: chaos.EvReadError, Lease: 1, Token: tok})
+		hs = append(hs, h.add(12, chaos.Event{Kind: chaos.EvWrite, Lease: 1, Token: tok, Read: p64(0), Value: p64(tok)}).evs)
+	}
+	r := chaos.Check(chaos.Group{Scenario: "s", Histories: hs, Final: 999, CheckTimeout: 50 * time.Millisecond})
+	if len(r.Verdicts) != 2 {
+		t.Fatalf("verdicts %v", r.Verdicts)
+	}
+	for _, v := range r.Verdicts {
+		if v.Result != chaos.Undecided {
+			t.Errorf("%s: want undecided", v)
+		}
+	}
+	if f := strings.Join(r.Failures(), "\n"); !strings.Contains(f, "undecided") {
+		t.Errorf("failures %q: want the undecided verdicts", r.Failures())
 	}
 }
 
