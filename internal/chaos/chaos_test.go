@@ -134,7 +134,14 @@ const chaosLongTimeout = "3h"
 
 // plan is the scenario's schedule: each kind p.each times.
 func plan(p profile, seed uint64, name string, kinds ...string) []chaos.Step {
-	return chaos.Plan(seed, name, kinds, p.each, 700*time.Millisecond, 1500*time.Millisecond, 3*ttl/2, 5*ttl/2)
+	gapMin, gapMax := 700*time.Millisecond, 1500*time.Millisecond
+	if p.duration > 0 {
+		// An hour of faults 1s apart would leave the workers too little
+		// time between them to record their tens of thousands of
+		// operations; a few seconds still gives thousands of faults.
+		gapMin, gapMax = 2*time.Second, 5*time.Second
+	}
+	return chaos.Plan(seed, name, kinds, p.each, gapMin, gapMax, 3*ttl/2, 5*ttl/2)
 }
 
 // Standalone faults.
