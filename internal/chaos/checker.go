@@ -3,6 +3,7 @@ package chaos
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -91,14 +92,23 @@ type KindStats struct {
 	NotRecovered int             `json:"not_recovered"`
 }
 
-// P50 and Max summarize Recoveries (0 when there are none).
-func (k *KindStats) P50() time.Duration {
+// P50 is the median recovery (0 when there are none).
+func (k *KindStats) P50() time.Duration { return k.quantile(0.50) }
+
+// P99 is the 99th percentile recovery, by the nearest rank (0 when there
+// are none).
+func (k *KindStats) P99() time.Duration { return k.quantile(0.99) }
+
+// quantile is the recovery at rank ceil(q*n) (nearest rank), so that the
+// median of an even count is the lower middle one.
+func (k *KindStats) quantile(q float64) time.Duration {
 	if len(k.Recoveries) == 0 {
 		return 0
 	}
 	r := slices.Clone(k.Recoveries)
 	slices.Sort(r)
-	return r[(len(r)-1)/2]
+	rank := int(math.Ceil(q * float64(len(r))))
+	return r[max(rank, 1)-1]
 }
 
 // Max is the longest recovery.

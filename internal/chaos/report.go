@@ -93,8 +93,8 @@ func Markdown(rep *Report) string {
 		}
 	}
 	b.WriteString("\n")
-	b.WriteString("| scenario | fault | fencing only | faults | ops | writes accepted | stale rejected | violations (hand-written checker) | leases lost | told in time | holder killed | recovery p50 | recovery max |\n")
-	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| scenario | fault | fencing only | faults | ops | writes accepted | stale rejected | violations (hand-written checker) | leases lost | told in time | holder killed | recovery p50 | recovery p99 | recovery max |\n")
+	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range rep.Results {
 		for _, k := range r.Kinds {
 			only := "no"
@@ -105,16 +105,16 @@ func Markdown(rep *Report) string {
 			if k.LeasesLost > 0 {
 				told = fmt.Sprintf("%d/%d (%.0f%%)", k.ToldInTime, k.LeasesLost, 100*float64(k.ToldInTime)/float64(k.LeasesLost))
 			}
-			p50, mx := "-", "-"
+			p50, p99, mx := "-", "-", "-"
 			if len(k.Recoveries) > 0 {
-				p50, mx = ms(k.P50()), ms(k.Max())
+				p50, p99, mx = ms(k.P50()), ms(k.P99()), ms(k.Max())
 			}
 			if k.NotRecovered > 0 {
 				mx += fmt.Sprintf(" (%d never)", k.NotRecovered)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %d | %d | %d | %s | %d | %s | %s |\n",
+			fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %d | %d | %d | %s | %d | %s | %s | %s |\n",
 				k.Scenario, k.Kind, only, k.Faults, k.Operations, k.Accepted, k.Rejected, k.Violations,
-				k.LeasesLost, told, k.HolderKilled, p50, mx)
+				k.LeasesLost, told, k.HolderKilled, p50, p99, mx)
 		}
 	}
 	if len(rep.Failures) > 0 {

@@ -1,10 +1,11 @@
-// Command reliability writes RELIABILITY.md from one run of make chaos: the
-// fault-injection report (report.json and report.md of internal/chaos), the
-// soak's section (internal/soak, -soak.out) and the logs of the bounded fuzz
-// runs. It computes the headline from the report, so that the document
-// cannot claim more than the run showed.
+// Command reliability writes RELIABILITY.md from one run of make chaos or
+// make chaos-long: the fault-injection report (report.json and report.md of
+// internal/chaos), the soak's section (internal/soak, -soak.out) and the
+// logs of the bounded fuzz runs, followed by the hand-kept track record
+// (docs/track-record.md). It computes the headline from the report, so that
+// the document cannot claim more than the run showed.
 //
-//	go run ./internal/chaos/cmd/reliability -dir chaos-report -out RELIABILITY.md
+//	go run ./internal/chaos/cmd/reliability -dir chaos-report -record docs/track-record.md -out RELIABILITY.md
 package main
 
 import (
@@ -26,8 +27,9 @@ import (
 func main() {
 	dir := flag.String("dir", "chaos-report", "the directory make chaos wrote: report.json, report.md, soak.md, fuzz-*.log")
 	out := flag.String("out", "RELIABILITY.md", "where to write the document")
+	record := flag.String("record", "docs/track-record.md", "the hand-kept track record to append (empty: none)")
 	flag.Parse()
-	doc, err := build(*dir)
+	doc, err := build(*dir, *record)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "reliability:", err)
 		os.Exit(1)
@@ -38,7 +40,9 @@ func main() {
 	}
 }
 
-func build(dir string) (string, error) {
+// build writes the document from the run in dir, followed by the track
+// record at record (none if empty).
+func build(dir, record string) (string, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, "report.json"))
 	if err != nil {
 		return "", err
@@ -64,11 +68,15 @@ func build(dir string) (string, error) {
 	}
 
 	h := headline(&rep)
+	run := "`make chaos`"
+	if rep.Profile == "long" {
+		run = fmt.Sprintf("`make chaos-long` (every scenario at once for %v)", rep.Duration.Round(time.Minute))
+	}
 	var b strings.Builder
 	b.WriteString("# Reliability\n\n")
-	b.WriteString("<!-- Written by `make chaos` (internal/chaos/cmd/reliability) from one run; do not edit by hand. -->\n\n")
+	b.WriteString("<!-- Written by `make chaos` or `make chaos-long` (internal/chaos/cmd/reliability) from one run and docs/track-record.md; do not edit by hand. -->\n\n")
 	fmt.Fprintf(&b, "**%s.**\n\n", h.sentence)
-	fmt.Fprintf(&b, "One run of `make chaos` on %s (seed %d, %s, %d CPUs): worker processes "+
+	fmt.Fprintf(&b, "One run of %s on %s (seed %d, %s, %d CPUs): worker processes "+
 		"take guarded leases and do fenced read-modify-writes of a shared counter while faults are injected for real "+
 		"(SIGSTOP and SIGKILL of holders and servers, black-holed and slowed links through a TCP proxy, Sentinel and "+
 		"Cluster failovers, Redlock masters lost and restarted empty). Each group's recorded history (every fenced "+
@@ -77,9 +85,9 @@ func build(dir string) (string, error) {
 		"accepted operations carry non-decreasing fencing tokens (a lower token is refused, a read returns the last "+
 		"accepted write), and a lease service under which every accepted write read the value of the accepted write "+
 		"before it (no lost update). A write or read whose outcome the worker never learnt may have been applied or not. "+
-		"Run it yourself with `make chaos` (`make chaos SEED=n` for another schedule); a fixed-seed slice of it "+
-		"runs in `make test`.\n\n",
-		rep.Date.UTC().Format("2006-01-02"), rep.Seed, firstField(rep.Machine), rep.CPUs)
+		"Run it yourself with `make chaos` (about seven minutes; `SEED=n` for another schedule) or `make chaos-long` "+
+		"(`DURATION`, an hour by default); a fixed-seed slice of it runs in `make test`.\n\n",
+		run, rep.Date.UTC().Format("2006-01-02"), rep.Seed, firstField(rep.Machine), rep.CPUs)
 	b.WriteString("What the run shows:\n\n")
 	fmt.Fprintf(&b, "- **Exclusion, with fencing:** porcupine found %d of %d histories linearizable under both models (%d operations, checked in %v); %d accepted writes, %d stale writes or reads refused by fencing. The hand-written checker kept beside it counted %d violations (two holders' read-modify-writes both accepted, or a lost update).\n",
 		h.linearizable, h.histories, h.operations, h.checkTime.Round(time.Millisecond), h.accepted, h.rejected, h.handViolations)
@@ -97,6 +105,14 @@ func build(dir string) (string, error) {
 	b.WriteString(section(string(soak)))
 	b.WriteString("\n")
 	b.WriteString(fuzz)
+	if record != "" {
+		md, err := os.ReadFile(record)
+		if err != nil {
+			return "", err
+		}
+		b.WriteString("\n")
+		b.WriteString(demote(string(md)))
+	}
 	return b.String(), nil
 }
 
@@ -183,6 +199,22 @@ func firstField(uname string) string {
 		return f[0] + " " + f[2]
 	}
 	return uname
+}
+
+// demote returns a hand-kept document as a section of RELIABILITY.md: its
+// headings one level down, so that its title is a level-2 heading.
+func demote(md string) string {
+	lines := strings.Split(strings.TrimRight(md, "\n"), "\n")
+	fence := false
+	for i, l := range lines {
+		if strings.HasPrefix(l, "```") || strings.HasPrefix(l, "~~~") {
+			fence = !fence
+		}
+		if !fence && strings.HasPrefix(l, "#") {
+			lines[i] = "#" + l
+		}
+	}
+	return strings.Join(lines, "\n") + "\n"
 }
 
 // section returns a Markdown section (written at level 2, under the

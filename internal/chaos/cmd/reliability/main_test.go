@@ -56,7 +56,7 @@ func TestHeadlineAddsUpTheReport(t *testing.T) {
 		&chaos.KindStats{Scenario: "s", Kind: "(no fault)", Accepted: 9},
 	)}
 	dir := writeRun(t, rep, "fuzz: elapsed: 20s, execs: 58525 (0/sec), new interesting: 2 (total: 103)\nPASS\nok  \tguard\t21s\n")
-	doc, err := build(dir)
+	doc, err := build(dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestFailuresShow(t *testing.T) {
 		&chaos.KindStats{Scenario: "s", Kind: "pause", FencingOnly: true, Faults: 1, Violations: 1},
 	)}
 	dir := writeRun(t, rep, "fuzz: elapsed: 1s, execs: 5 (5/sec), new interesting: 0 (total: 1)\n--- FAIL: FuzzKey (1.00s)\nFAIL\n")
-	doc, err := build(dir)
+	doc, err := build(dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,18 +97,42 @@ func TestFailuresShow(t *testing.T) {
 	}
 
 	rep = &chaos.Report{WriteFenceOnly: true}
-	if _, err := build(writeRun(t, rep, "fuzz: elapsed: 1s, execs: 5 (5/sec)\nPASS\n")); err == nil {
+	if _, err := build(writeRun(t, rep, "fuzz: elapsed: 1s, execs: 5 (5/sec)\nPASS\n"), ""); err == nil {
 		t.Error("a -chaos.write-fence-only run was accepted")
 	}
 	dir = writeRun(t, &chaos.Report{}, "no progress line\n")
-	if _, err := build(dir); err == nil {
+	if _, err := build(dir, ""); err == nil {
 		t.Error("a fuzz log without a progress line was accepted")
 	}
 	dir = writeRun(t, &chaos.Report{}, "fuzz: elapsed: 1s, execs: 5 (5/sec)\nPASS\n")
 	if err := os.Remove(filepath.Join(dir, "soak.md")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := build(dir); err == nil {
+	if _, err := build(dir, ""); err == nil {
 		t.Error("a run without the soak's section was accepted")
+	}
+}
+
+// A long run names make chaos-long and its duration; the track record
+// follows the run with its headings one level down, code fences untouched.
+func TestLongRunAndTrackRecord(t *testing.T) {
+	rep := &chaos.Report{Profile: "long", Duration: 61*time.Minute + 20*time.Second, Results: kinds(chaos.Linearizable,
+		&chaos.KindStats{Scenario: "s", Kind: "cut", Faults: 2, Accepted: 4, LeasesLost: 2, ToldInTime: 2})}
+	dir := writeRun(t, rep, "fuzz: elapsed: 1s, execs: 5 (5/sec)\nPASS\n")
+	record := filepath.Join(dir, "track-record.md")
+	if err := os.WriteFile(record, []byte("# Track record\n\n## Rows\n\n```sh\n# a comment\n```\n| a | b |\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := build(dir, record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"One run of `make chaos-long` (every scenario at once for 1h1m0s)", "\n## Track record\n\n### Rows\n\n```sh\n# a comment\n```\n| a | b |\n"} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("document lacks %q:\n%s", want, doc)
+		}
+	}
+	if _, err := build(dir, filepath.Join(dir, "missing.md")); err == nil {
+		t.Error("a missing track record was accepted")
 	}
 }
