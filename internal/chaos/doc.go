@@ -20,7 +20,8 @@
 // by porcupine (github.com/anishathalye/porcupine), a linearizability
 // checker (Linearizability): every fenced read and write becomes an
 // operation called and returned at its events' Wall times (a read is
-// called when its lease was acquired, a write at its write event), and
+// called at its read_sent event, just before its request, a write at its
+// write event), and
 // the final value of the counter a last read after every other. An
 // operation whose outcome the worker never learnt (an error, or a worker
 // killed before the answer) returns at the end of the history and may have

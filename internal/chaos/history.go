@@ -17,6 +17,7 @@ const (
 	EvAcquireError = "acquire_error" // an acquisition failed (Err)
 	EvAcquired     = "acquired"      // a lease was taken (Lease, Token)
 	EvCtxDone      = "ctx_done"      // the lease's context ended (Cause, Lost)
+	EvReadSent     = "read_sent"     // the fenced read is about to be sent
 	EvRead         = "read"          // fenced read accepted (Read)
 	EvReadStale    = "read_stale"    // fenced read refused: a newer token was seen
 	EvReadError    = "read_error"    // fenced read failed otherwise (Err)

@@ -151,9 +151,11 @@ func fencedModel(rmw bool) porcupine.Model {
 
 // fencedHistory turns a group's histories into porcupine operations, one
 // client per worker, times from the events' Wall clock. A read is called
-// when its lease was acquired (the event before it may be the lease's
-// context ending, recorded while the read was under way) and returns at its
-// outcome; a write is called at its write event. An operation whose outcome
+// at its read_sent event, just before its request (at its lease's
+// acquisition in a history without one; not at the event before the read,
+// which may be the lease's context ending, recorded while the read was
+// under way), and returns at its outcome; a write is called at its write
+// event. An operation whose outcome
 // the worker never learnt (a read or write error, or a worker killed before
 // the outcome) returns at the end of the history: porcupine may take it as
 // applied anywhere after its call, or not at all. The last operation is the
@@ -187,6 +189,10 @@ func fencedHistory(g Group) []porcupine.Operation {
 				}
 				read = pending{porcupine.Operation{ClientId: client, Call: e.Wall,
 					Input: fencedInput{kind: kind, worker: e.Worker, token: e.Token}}, true}
+			case EvReadSent:
+				if read.set {
+					read.op.Call = e.Wall
+				}
 			case EvAbandon:
 				if e.Read == nil { // abandoned before the read was sent
 					read.set = false

@@ -24,6 +24,13 @@ func TestLinearizability(t *testing.T) {
 		}
 		return h.evs
 	}
+	lateRead := func(sent bool) []chaos.Event {
+		h := newHist("a", 0).add(10, acquired(100))
+		if sent {
+			h.add(30, chaos.Event{Kind: chaos.EvReadSent, Lease: 1, Token: 100})
+		}
+		return h.add(31, ev(chaos.EvRead, 100, 0, 0)).add(32, chaos.Event{Kind: chaos.EvAbandon, Lease: 1, Token: 100, Read: p64(0)}).evs
+	}
 	tests := []struct {
 		name      string
 		histories [][]chaos.Event
@@ -79,6 +86,18 @@ func TestLinearizability(t *testing.T) {
 		{name: "killed writer taken as not applied", final: 1, register: true, lease: true, histories: [][]chaos.Event{
 			overtaken(""),
 			newHist("b", 0).rmw(40, 1, 101, 0, chaos.EvWriteOK).end(60),
+		}},
+		// Token 100's holder stopped between its acquisition and its
+		// read; the read, sent at 30 after token 101's read raised the
+		// fence, was accepted (a broken read fence). Its read_sent event
+		// places it; without one, it could pass as a read at 10.
+		{name: "read accepted after a newer token's read", final: 1, register: false, lease: false, histories: [][]chaos.Event{
+			lateRead(true),
+			newHist("b", 0).rmw(20, 1, 101, 0, chaos.EvWriteOK).end(60),
+		}},
+		{name: "read accepted after a newer token's read, send time not recorded", final: 1, register: true, lease: true, histories: [][]chaos.Event{
+			lateRead(false),
+			newHist("b", 0).rmw(20, 1, 101, 0, chaos.EvWriteOK).end(60),
 		}},
 		// Token 100's write never answered; token 101's read-modify-write
 		// was accepted after it: 100's value can no longer be applied.

@@ -164,6 +164,12 @@ func (w *worker) readModifyWrite(job context.Context, lease int, tok int64) {
 		w.record(Event{Kind: EvAbandon, Lease: lease, Token: tok})
 		return
 	}
+	// The read's call time for the checker: a worker stopped after its
+	// acquisition sends the read only when it resumes, perhaps after a
+	// newer holder raised the fence, and an interval starting at the
+	// acquisition would let a read that the fence wrongly accepted then
+	// pass as an earlier one.
+	w.record(Event{Kind: EvReadSent, Lease: lease, Token: tok})
 	ctx, cancel := op()
 	read := w.res.Read
 	if w.cfg.WriteFenceOnly {
