@@ -35,6 +35,27 @@ const (
 	whyEmptyNode = "a master restarted empty can grant the key again"
 )
 
+// promises states, by fault kind, what docs/guarantees.md and
+// docs/topologies.md promise under it; the report states it before what the
+// run measured. A group's own promises (group.promises) take precedence.
+var promises = map[string]string{
+	kindPause: "nothing can tell a stopped process in time: when it resumes, its context is canceled " +
+		"(at once, or by its next renewal) and fencing refuses its writes",
+	kindBlackhole: "the holder's context is canceled a grace period before its lease could expire in Redis, " +
+		"so it is told before another owner can acquire",
+	kindSlow: "as for a black-holed link: told before another owner can acquire",
+	kindKill: "a killed holder frees its key within the TTL, and the next owner's token is higher",
+	kindRestart: "a restart without persistence forgets every hold: a renewal finds the key gone and tells the holder, " +
+		"but another owner may get in first; fencing refuses the old holder, and tokens stay above the old ones " +
+		"by the server's clock",
+	kindRestartAO: "with appendfsync always, holds survive the restart: a holder is told in time or keeps its lease",
+	kindCluster: "a Cluster failover has no replica ack and can forget the latest acquisitions: another owner may get in " +
+		"before the holder is told; fencing refuses the old holder",
+	kindMinority: "a quorum of 3 survives the loss of one master: holders keep their leases or are told in time",
+	kindEmptyNode: "a master restarted empty may grant the key again once a majority agrees without the holder's " +
+		"master: only fencing protects the data",
+}
+
 // scenario is one topology with its faults.
 type scenario struct {
 	name string

@@ -41,6 +41,9 @@ type Group struct {
 	// data, with the reason: a lease lost there may be announced after
 	// another owner acquired.
 	FencingOnly map[string]string
+	// Promises states, by fault kind, what the docs promise under it, for
+	// the report to state before what the run measured.
+	Promises map[string]string
 	// Window is how long after a fault's end what happens is still
 	// counted under it.
 	Window time.Duration
@@ -61,6 +64,7 @@ type KindStats struct {
 	Kind        string `json:"kind"`
 	FencingOnly bool   `json:"fencing_only"`
 	Why         string `json:"why,omitempty"`
+	Promise     string `json:"promise,omitempty"`
 	Faults      int    `json:"faults"`
 	// Operations counts leases taken; Writes the writes attempted,
 	// Accepted those the resource took, Rejected the reads and writes
@@ -201,7 +205,7 @@ func Check(g Group) *Result {
 		k := rows[kind]
 		if k == nil {
 			why, only := g.FencingOnly[kind]
-			k = &KindStats{Scenario: g.Scenario, Kind: kind, FencingOnly: only, Why: why}
+			k = &KindStats{Scenario: g.Scenario, Kind: kind, FencingOnly: only, Why: why, Promise: g.Promises[kind]}
 			rows[kind] = k
 		}
 		return k

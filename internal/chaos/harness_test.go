@@ -61,6 +61,7 @@ type group struct {
 	suffix      string
 	replicaAck  int
 	fencingOnly map[string]string // by fault kind without the suffix
+	promises    map[string]string // by fault kind without the suffix; over the shared promises
 	workers     []*workerProc
 	killed      map[string]bool
 	started     int
@@ -262,6 +263,12 @@ func (r *run) finish() []*chaos.Result {
 		}
 		for k, why := range g.fencingOnly {
 			in.FencingOnly[k+g.suffix] = why
+		}
+		in.Promises = map[string]string{}
+		for _, ps := range []map[string]string{promises, g.promises} {
+			for k, p := range ps {
+				in.Promises[k+g.suffix] = p
+			}
 		}
 		for _, f := range r.faults {
 			f.Kind += g.suffix

@@ -117,6 +117,7 @@ func Markdown(rep *Report) string {
 				k.LeasesLost, told, k.HolderKilled, p50, p99, mx)
 		}
 	}
+	b.WriteString(promiseSection(rep))
 	if len(rep.Failures) > 0 {
 		b.WriteString("\nFailures:\n\n")
 		for _, f := range rep.Failures {
@@ -152,4 +153,54 @@ func verdictLine(vs []Verdict) string {
 
 func ms(d time.Duration) string {
 	return fmt.Sprintf("%d ms", d.Milliseconds())
+}
+
+// promiseSection states, for each fault kind the run injected, what the
+// docs promise under it and then what the run measured.
+func promiseSection(rep *Report) string {
+	var b strings.Builder
+	b.WriteString("\n### Each fault kind: the promise, then the measure\n\n")
+	for _, r := range rep.Results {
+		verdict := "not checked"
+		if len(r.Verdicts) > 0 {
+			verdict = Linearizable
+			for _, v := range r.Verdicts {
+				if v.Result != Linearizable {
+					verdict = v.Result
+				}
+			}
+		}
+		for _, k := range r.Kinds {
+			if k.Faults == 0 {
+				continue
+			}
+			only := ""
+			if k.FencingOnly {
+				only = "; fencing only"
+			}
+			promise := k.Promise
+			if promise == "" {
+				promise = "(none stated)"
+			}
+			fmt.Fprintf(&b, "- **%s** (%s%s). Promised: %s. Measured: %d faults; ", k.Kind, k.Scenario, only, promise, k.Faults)
+			if k.LeasesLost > 0 {
+				fmt.Fprintf(&b, "%d leases lost, %d told in time; ", k.LeasesLost, k.ToldInTime)
+			} else {
+				b.WriteString("no lease lost; ")
+			}
+			if k.HolderKilled > 0 {
+				fmt.Fprintf(&b, "%d holders killed; ", k.HolderKilled)
+			}
+			fmt.Fprintf(&b, "%d writes accepted, %d stale writes or reads refused by fencing; the scenario's history %s under porcupine",
+				k.Accepted, k.Rejected, verdict)
+			if len(k.Recoveries) > 0 {
+				fmt.Fprintf(&b, "; recovery p50 %s, p99 %s, max %s", ms(k.P50()), ms(k.P99()), ms(k.Max()))
+			}
+			if k.NotRecovered > 0 {
+				fmt.Fprintf(&b, "; %d faults with no recovery", k.NotRecovered)
+			}
+			b.WriteString(".\n")
+		}
+	}
+	return b.String()
 }

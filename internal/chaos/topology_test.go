@@ -28,8 +28,12 @@ func runSentinel(t *testing.T, p profile, seed uint64) []*chaos.Result {
 	s := redistest.StartSentinel(t, 2)
 	r := newRun(t, p, "sentinel", chaos.Sentinel)
 	r.addrs, r.masterName = s.SentinelAddrs(), redistest.SentinelMaster
-	ack := &group{name: "ack", suffix: ", replica ack 1", replicaAck: 1}
-	noack := &group{name: "noack", suffix: ", no replica ack", fencingOnly: map[string]string{kindSentinel: whyNoAck}}
+	ack := &group{name: "ack", suffix: ", replica ack 1", replicaAck: 1, promises: map[string]string{
+		kindSentinel: "every acquisition and renewal a replica acknowledged survives the failover: the holder keeps its lease or is told in time",
+	}}
+	noack := &group{name: "noack", suffix: ", no replica ack", fencingOnly: map[string]string{kindSentinel: whyNoAck}, promises: map[string]string{
+		kindSentinel: "a failover without replica ack can forget the latest acquisitions: another owner may get in before the holder is told; fencing refuses the old holder",
+	}}
 	r.groups = []*group{ack, noack}
 	r.startWorkers(ack, p.workers)
 	r.startWorkers(noack, p.workers)
