@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -241,5 +242,48 @@ func TestShortWaiterBehindLongHolderIsNamed(t *testing.T) {
 	mustRelease(t, holder)
 	if d := (<-got).Sub(start); d > 300*time.Millisecond {
 		t.Fatalf("waiter got the free key %v after the release, want at once", d)
+	}
+}
+
+// A client whose ACL denies functions but allows scripts by hash keeps
+// working through EVALSHA (8ffcbe5; its first test went with a refactor).
+func TestScriptsFallBackWhenACLDeniesFunctions(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	if err := admin.Do(t.Context(), "ACL", "SETUSER", "nofunctions", "on", "nopass", "~*", "&*", "+@all", "-fcall", "-fcall_ro", "-function").Err(); err != nil {
+		t.Fatal(err)
+	}
+	client := srv.Client(t, func(o *redis.Options) { o.Username, o.Password = "nofunctions", "any" }) // nopass: any password
+	if who, err := client.Do(t.Context(), "ACL", "WHOAMI").Text(); err != nil || who != "nofunctions" {
+		t.Fatalf("ACL WHOAMI: %q, %v", who, err)
+	}
+	l, err := guard.New(client, guard.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	first := mustAcquire(t, t.Context(), l, "acl", guard.Wait(0))
+	if _, err := l.Acquire(t.Context(), "acl", guard.Wait(0)); !errors.Is(err, guard.ErrNotAcquired) {
+		t.Fatalf("second Acquire: %v, want ErrNotAcquired", err)
+	}
+	if err := first.Release(t.Context()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	second := mustAcquire(t, t.Context(), l, "acl", guard.Wait(0))
+	if second.Token() <= first.Token() {
+		t.Errorf("token %d after %d", second.Token(), first.Token())
+	}
+	if err := second.Release(t.Context()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	stats, err := admin.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stats, "cmdstat_evalsha:calls=") {
+		t.Errorf("no EVALSHA ran:\n%s", stats)
+	}
+	if strings.Contains(stats, "cmdstat_fcall:calls=") && !strings.Contains(stats, "cmdstat_fcall:calls=0,") {
+		t.Errorf("an FCALL ran for a user whose ACL denies it:\n%s", stats)
 	}
 }

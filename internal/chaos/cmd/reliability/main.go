@@ -111,7 +111,7 @@ func build(dir, record string) (string, error) {
 			return "", err
 		}
 		b.WriteString("\n")
-		b.WriteString(demote(string(md)))
+		b.WriteString(rebase(demote(string(md)), filepath.Dir(record)))
 	}
 	return b.String(), nil
 }
@@ -215,6 +215,21 @@ func demote(md string) string {
 		}
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// relativeLink is a Markdown link to a path, not to a URL or an anchor.
+var relativeLink = regexp.MustCompile(`\]\(([^)#/:][^):]*)\)`)
+
+// rebase makes the relative links of a document written in dir work from
+// the directory RELIABILITY.md is written in (the repository's root).
+func rebase(md, dir string) string {
+	if dir == "." || dir == "" {
+		return md
+	}
+	return relativeLink.ReplaceAllStringFunc(md, func(m string) string {
+		target := relativeLink.FindStringSubmatch(m)[1]
+		return "](" + filepath.ToSlash(filepath.Join(dir, target)) + ")"
+	})
 }
 
 // section returns a Markdown section (written at level 2, under the

@@ -132,6 +132,9 @@ func TestLongRunAndTrackRecord(t *testing.T) {
 			t.Errorf("document lacks %q:\n%s", want, doc)
 		}
 	}
+	if got := rebase("[a](testing.md#x), [b](../bench/RESULTS.md), [c](https://x.org/a), [d](#anchor)", "docs"); got != "[a](docs/testing.md#x), [b](bench/RESULTS.md), [c](https://x.org/a), [d](#anchor)" {
+		t.Errorf("rebase: %s", got)
+	}
 	if _, err := build(dir, filepath.Join(dir, "missing.md")); err == nil {
 		t.Error("a missing track record was accepted")
 	}
