@@ -68,6 +68,7 @@ var scenarios = []scenario{
 	{"sentinel", runSentinel},
 	{"cluster", runCluster},
 	{"redlock", runQuorum},
+	{"cluster-reshard", runClusterReshard},
 }
 
 // TestChaos runs every scenario under the profile chosen with
