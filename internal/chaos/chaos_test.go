@@ -69,6 +69,7 @@ var scenarios = []scenario{
 	{"cluster", runCluster},
 	{"redlock", runQuorum},
 	{"cluster-reshard", runClusterReshard},
+	{"sentinel-replication", runSentinelReplication},
 }
 
 // TestChaos runs every scenario under the profile chosen with

@@ -1,0 +1,101 @@
+package chaos_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/jobguard/jobguard/internal/chaos"
+	"github.com/jobguard/jobguard/internal/faultproxy"
+	"github.com/jobguard/jobguard/internal/redistest"
+)
+
+// kindReplCut: the link from the master to its replicas cut while
+// holders go on acquiring and renewing on the master, then the master
+// SIGKILLed: Sentinel promotes a replica that lacks the leases taken and
+// renewed meanwhile.
+const kindReplCut = "replication link cut, then Sentinel failover"
+
+// whyReplCut: without replica ack, what the master granted while its
+// replicas got nothing is not on the one promoted.
+const whyReplCut = "a failover to a replica cut off from the master forgets the leases taken since"
+
+// runSentinelReplication: a master with two replicas under three
+// Sentinels, the same two groups as runSentinel (with and without
+// WithReplicaAck(1, TTL/5)). Each fault cuts both replicas off the master
+// for its duration, then SIGKILLs the master; the old master is restarted
+// and linked as a replica before the next.
+//
+// The cut: each replica is told to replicate through a faultproxy,
+// black-holed, in front of the master (REPLICAOF proxy). The replicas stay
+// up and answer the Sentinels and clients; they get nothing from the
+// master, and the master, whose replication connections closed, sees no
+// replica, so WAIT gets no acknowledgement. Starting the replicas through
+// proxies for good and black-holing those would be closer to a network
+// partition, but a Sentinel re-points a replica that follows another
+// address than the master's within its failover timeout (3s here), so the
+// proxies would not stay on the path. A cut of 1.5 to 2.5 TTLs plus the 2s
+// down-after-milliseconds is far from what keeps a replica from being
+// promoted (a link down for over ten times down-after-milliseconds), so
+// the Sentinels are left at redistest's configuration.
+func runSentinelReplication(t *testing.T, p profile, seed uint64) []*chaos.Result {
+	s := redistest.StartSentinel(t, 2)
+	r := newRun(t, p, "sentinel-replication", chaos.Sentinel)
+	r.addrs, r.masterName = s.SentinelAddrs(), redistest.SentinelMaster
+	ack := &group{name: "ack", suffix: ", replica ack 1", replicaAck: 1}
+	noack := &group{name: "noack", suffix: ", no replica ack", fencingOnly: map[string]string{kindReplCut: whyReplCut}}
+	r.groups = []*group{ack, noack}
+	r.startWorkers(ack, p.workers)
+	r.startWorkers(noack, p.workers)
+	steps := plan(p, seed, r.name, kindReplCut)
+	for i, st := range steps {
+		if r.over() {
+			break
+		}
+		time.Sleep(st.Gap)
+		old := s.Master(t)
+		var replicas []*redistest.Server
+		for _, n := range s.Nodes() {
+			if n != old {
+				replicas = append(replicas, n)
+			}
+		}
+		proxy := faultproxy.New(t, old.Addr())
+		proxy.Blackhole(true)
+		r.inject(st.Kind, st.Duration, func() string {
+			cutReplication(t, replicas, proxy)
+			return old.Addr()
+		}, func() {
+			// A Sentinel may have re-pointed a replica to the master
+			// meanwhile (see above): cut it again, so that what the
+			// master granted since is missing on whichever is promoted.
+			cutReplication(t, replicas, proxy)
+			old.Kill(t)
+			t.Logf("sentinel-replication: %s promoted", s.WaitFailover(t, old).Addr())
+		})
+		if i < len(steps)-1 {
+			old.Restart(t)
+			waitRole(t, old, "slave")
+		}
+	}
+	return r.finish()
+}
+
+// cutReplication makes each replica replicate through proxy, black-holed:
+// its link to the master is down and stays down.
+func cutReplication(t *testing.T, replicas []*redistest.Server, proxy *faultproxy.Proxy) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rep := range replicas {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		err := rep.Client(t, fastOptions).Do(ctx, "REPLICAOF", host, port).Err()
+		cancel()
+		if err != nil {
+			t.Fatalf("sentinel-replication: REPLICAOF %s on %s: %v", proxy.Addr(), rep.Addr(), err)
+		}
+	}
+}
