@@ -3,6 +3,7 @@ package chaos_test
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,13 +65,13 @@ func runSentinelReplication(t *testing.T, p profile, seed uint64) []*chaos.Resul
 		proxy := faultproxy.New(t, old.Addr())
 		proxy.Blackhole(true)
 		r.inject(st.Kind, st.Duration, func() string {
-			cutReplication(t, replicas, proxy)
+			cutReplication(t, old, replicas, proxy)
 			return old.Addr()
 		}, func() {
 			// A Sentinel may have re-pointed a replica to the master
 			// meanwhile (see above): cut it again, so that what the
 			// master granted since is missing on whichever is promoted.
-			cutReplication(t, replicas, proxy)
+			cutReplication(t, old, replicas, proxy)
 			old.Kill(t)
 			t.Logf("sentinel-replication: %s promoted", s.WaitFailover(t, old).Addr())
 		})
@@ -83,8 +84,10 @@ func runSentinelReplication(t *testing.T, p profile, seed uint64) []*chaos.Resul
 }
 
 // cutReplication makes each replica replicate through proxy, black-holed:
-// its link to the master is down and stays down.
-func cutReplication(t *testing.T, replicas []*redistest.Server, proxy *faultproxy.Proxy) {
+// its link to the master is down and stays down. It waits until the
+// master has no replica connected, so that nothing it writes from then on
+// reaches one.
+func cutReplication(t *testing.T, master *redistest.Server, replicas []*redistest.Server, proxy *faultproxy.Proxy) {
 	t.Helper()
 	host, port, err := net.SplitHostPort(proxy.Addr())
 	if err != nil {
@@ -98,4 +101,17 @@ func cutReplication(t *testing.T, replicas []*redistest.Server, proxy *faultprox
 			t.Fatalf("sentinel-replication: REPLICAOF %s on %s: %v", proxy.Addr(), rep.Addr(), err)
 		}
 	}
+	mc := master.Client(t, fastOptions)
+	var info string
+	for range 100 {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		var err error
+		info, err = mc.Info(ctx, "replication").Result()
+		cancel()
+		if err == nil && strings.Contains(info, "connected_slaves:0\r\n") {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("sentinel-replication: %s still has replicas after the cut: %s", master.Addr(), info)
 }
