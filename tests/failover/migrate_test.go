@@ -2,6 +2,8 @@ package failover_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,5 +69,56 @@ func TestClusterMigrationKeepsLeaseAndWakesWaiter(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatalf("waiter did not get %s after the release", name)
+	}
+}
+
+// A lock's slot left migrating (IMPORTING and MIGRATING set, its keys not
+// moved yet, as while a large slot's other keys move) for longer than the
+// TTL: the holder keeps its lease, as renewals name one key, which the
+// source still has; an acquisition by another Locker names keys the
+// source lacks (the waiters' queue), so Redis answers TRYAGAIN, and the
+// acquisition fails with that error, not ErrNotAcquired: an outage, not
+// contention. Once the keys have moved, the other Locker gets the key
+// after the holder's release.
+func TestClusterMigratingSlotKeepsLeaseRefusesAcquire(t *testing.T) {
+	const ttl = 3 * time.Second
+	c := redistest.StartCluster(t)
+	tl := newTimeline(t)
+	holder := clusterLocker(t, c, nil, guard.WithTTL(ttl), guard.WithObserver(tl.observer("holder")))
+	other := clusterLocker(t, c, nil, guard.WithTTL(ttl))
+	from, to := c.Nodes()[0], c.Nodes()[2]
+	name, _ := namesOn(t, c, from)
+	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Second)
+	defer cancel()
+
+	le := mustAcquire(t, ctx, holder, name)
+	held := watchLease(t, tl, "holder", le)
+	began := tl.mark("slot of %s migrating from %s to %s", name, from.Addr(), to.Addr())
+	m := c.BeginMigration(t, c.Slot(t, lockKey(name)), from, to)
+	for time.Since(began) < 2*ttl {
+		_, err := other.Acquire(ctx, name, guard.Wait(ttl/3))
+		tl.mark("other: Acquire %s: %v", name, err)
+		switch {
+		case err == nil:
+			t.Fatalf("other acquired %s while the holder's lease was live", name)
+		case errors.Is(err, guard.ErrNotAcquired):
+			t.Fatalf("Acquire during the migration: %v; want TRYAGAIN, not contention", err)
+		case !strings.Contains(err.Error(), "TRYAGAIN"):
+			t.Fatalf("Acquire during the migration: %v; want TRYAGAIN", err)
+		}
+		time.Sleep(ttl / 10)
+	}
+	if at, ended := held.endedBy(time.Now()); ended {
+		t.Fatalf("holder's lease ended %v into the migration: %v", at.Sub(began), context.Cause(le.Context()))
+	}
+	m.MoveKeys(t)
+	m.Finish(t)
+	tl.mark("migration done")
+	waitRenewed(t, ctx, tl, "holder", time.Now())
+	mustRelease(t, le)
+	after := mustAcquire(t, ctx, other, name)
+	defer mustRelease(t, after)
+	if after.Token() <= le.Token() {
+		t.Errorf("other's token %d not above the holder's %d", after.Token(), le.Token())
 	}
 }
