@@ -49,6 +49,15 @@
 // owner acquired, and the time from each fault's end to the next accepted
 // write. WriteReport writes report.json and report.md.
 //
+// Two scenarios change the topology under the workers. cluster-reshard
+// moves the slot of the workers' key to another master as an operator's
+// resharding does (CLUSTER SETSLOT IMPORTING on the target, MIGRATING on
+// the source, MIGRATE of its keys, SETSLOT NODE), at once or left migrating
+// for over a TTL first. sentinel-replication cuts both replicas off the
+// master (each told to replicate through a black-holed faultproxy) while
+// holders go on, then SIGKILLs the master, so that Sentinel promotes a
+// replica without the latest leases.
+//
 // # Running
 //
 // TestChaos runs every scenario (standalone, standalone with AOF,
