@@ -35,11 +35,14 @@ const whyReplCut = "a failover to a replica cut off from the master forgets the 
 // replica, so WAIT gets no acknowledgement. Starting the replicas through
 // proxies for good and black-holing those would be closer to a network
 // partition, but a Sentinel re-points a replica that follows another
-// address than the master's within its failover timeout (3s here), so the
-// proxies would not stay on the path. A cut of 1.5 to 2.5 TTLs plus the 2s
-// down-after-milliseconds is far from what keeps a replica from being
-// promoted (a link down for over ten times down-after-milliseconds), so
-// the Sentinels are left at redistest's configuration.
+// address than the master's (+fix-slave-config in its log) at its next
+// INFO of the replica once its failover timeout (3s here) has passed, so
+// the proxies would not stay on the path. It can do so during a cut too:
+// the end of a fault cuts again whatever a Sentinel re-pointed, and logs
+// it. A cut of 1.5 to 2.5 TTLs plus the 2s down-after-milliseconds is far
+// from what keeps a replica from being promoted (a link down for over ten
+// times down-after-milliseconds), so the Sentinels are left at
+// redistest's configuration.
 func runSentinelReplication(t *testing.T, p profile, seed uint64) []*chaos.Result {
 	s := redistest.StartSentinel(t, 2)
 	r := newRun(t, p, "sentinel-replication", chaos.Sentinel)
@@ -71,7 +74,9 @@ func runSentinelReplication(t *testing.T, p profile, seed uint64) []*chaos.Resul
 			// A Sentinel may have re-pointed a replica to the master
 			// meanwhile (see above): cut it again, so that what the
 			// master granted since is missing on whichever is promoted.
-			cutReplication(t, old, replicas, proxy)
+			if n := cutReplication(t, old, replicas, proxy); n > 0 {
+				t.Logf("sentinel-replication: %d replicas re-pointed to %s by a Sentinel during the cut, cut again", n, old.Addr())
+			}
 			old.Kill(t)
 			t.Logf("sentinel-replication: %s promoted", s.WaitFailover(t, old).Addr())
 		})
@@ -86,16 +91,24 @@ func runSentinelReplication(t *testing.T, p profile, seed uint64) []*chaos.Resul
 // cutReplication makes each replica replicate through proxy, black-holed:
 // its link to the master is down and stays down. It waits until the
 // master has no replica connected, so that nothing it writes from then on
-// reaches one.
-func cutReplication(t *testing.T, master *redistest.Server, replicas []*redistest.Server, proxy *faultproxy.Proxy) {
+// reaches one, and returns how many replicas followed another master than
+// proxy before (all, when the cut begins; a Sentinel's doing afterwards).
+func cutReplication(t *testing.T, master *redistest.Server, replicas []*redistest.Server, proxy *faultproxy.Proxy) (repointed int) {
 	t.Helper()
 	host, port, err := net.SplitHostPort(proxy.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, rep := range replicas {
+		rc := rep.Client(t, fastOptions)
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-		err := rep.Client(t, fastOptions).Do(ctx, "REPLICAOF", host, port).Err()
+		info, err := rc.Info(ctx, "replication").Result()
+		if err == nil && !strings.Contains(info, "master_port:"+port+"\r\n") {
+			repointed++
+		}
+		if err == nil {
+			err = rc.Do(ctx, "REPLICAOF", host, port).Err()
+		}
 		cancel()
 		if err != nil {
 			t.Fatalf("sentinel-replication: REPLICAOF %s on %s: %v", proxy.Addr(), rep.Addr(), err)
@@ -109,9 +122,10 @@ func cutReplication(t *testing.T, master *redistest.Server, replicas []*redistes
 		info, err = mc.Info(ctx, "replication").Result()
 		cancel()
 		if err == nil && strings.Contains(info, "connected_slaves:0\r\n") {
-			return
+			return repointed
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("sentinel-replication: %s still has replicas after the cut: %s", master.Addr(), info)
+	return repointed
 }
