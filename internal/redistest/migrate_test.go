@@ -102,3 +102,29 @@ func TestClusterMigrationTryAgain(t *testing.T) {
 		t.Errorf("MGET after the migration: %v", err)
 	}
 }
+
+// On a Cluster with replicas, SETSLOT NODE goes to the masters alone;
+// the replicas learn the new owner through the bus before Finish returns,
+// and the cluster is whole afterwards.
+func TestReplicatedClusterMigrateSlot(t *testing.T) {
+	c := StartReplicatedCluster(t)
+	cc := c.Client(t)
+	const key = "{rmig}"
+	if err := cc.Set(t.Context(), key, "v", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	from := c.MasterOf(t, key)
+	to := c.Nodes()[0]
+	if to == from {
+		to = c.Nodes()[1]
+	}
+	c.MigrateSlot(t, c.Slot(t, key), from, to)
+	c.WaitHealthy(t)
+	if got := c.MasterOf(t, key); got != to {
+		t.Fatalf("%q served by %s after the migration, want %s", key, got.Addr(), to.Addr())
+	}
+	c.ReplicaOf(t, key) // fails the test if the new master has no replica
+	if got, err := cc.Get(t.Context(), key).Result(); err != nil || got != "v" {
+		t.Errorf("GET after the migration = %q, %v", got, err)
+	}
+}
