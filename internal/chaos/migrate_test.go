@@ -32,7 +32,12 @@ func runClusterReshard(t *testing.T, p profile, seed uint64) []*chaos.Result {
 	c := redistest.StartCluster(t)
 	r := newRun(t, p, "cluster-reshard", chaos.Cluster)
 	r.addrs = c.Addrs()
-	g := &group{name: "g"}
+	g := &group{name: "g", promises: map[string]string{
+		kindMigrate: "a migration moves the lock's keys (one slot, by their hash tag) with their TTLs: " +
+			"every hold survives, nobody is told anything, and waiters follow the slot",
+		kindMigrating: "while the slot migrates, holders keep their leases (renewals name one key) but acquisitions " +
+			"fail with TRYAGAIN, an outage rather than contention, and releases time out, leaving the hold to its TTL",
+	}}
 	r.groups = []*group{g}
 	r.startWorkers(g, p.workers)
 	key := r.lockKey(g) // guard's keys hash on {key}: one slot

@@ -47,8 +47,14 @@ func runSentinelReplication(t *testing.T, p profile, seed uint64) []*chaos.Resul
 	s := redistest.StartSentinel(t, 2)
 	r := newRun(t, p, "sentinel-replication", chaos.Sentinel)
 	r.addrs, r.masterName = s.SentinelAddrs(), redistest.SentinelMaster
-	ack := &group{name: "ack", suffix: ", replica ack 1", replicaAck: 1}
-	noack := &group{name: "noack", suffix: ", no replica ack", fencingOnly: map[string]string{kindReplCut: whyReplCut}}
+	ack := &group{name: "ack", suffix: ", replica ack 1", replicaAck: 1, promises: map[string]string{
+		kindReplCut: "with the link cut, acquisitions fail with ErrNotReplicated and renewals fail, so a holder is told " +
+			"before the promoted replica's copy of its hold can expire; nothing is acquired unacknowledged",
+	}}
+	noack := &group{name: "noack", suffix: ", no replica ack", fencingOnly: map[string]string{kindReplCut: whyReplCut}, promises: map[string]string{
+		kindReplCut: "the promoted replica lacks every lease taken or renewed since the cut: another owner may get in " +
+			"before the holder is told; fencing refuses the old holder",
+	}}
 	r.groups = []*group{ack, noack}
 	r.startWorkers(ack, p.workers)
 	r.startWorkers(noack, p.workers)
