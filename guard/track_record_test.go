@@ -118,7 +118,9 @@ func TestReleaseAppliedWhileCloseGivesUpIsNotALoss(t *testing.T) {
 	proxy := faultproxy.New(t, srv.Addr())
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
 	defer client.Close()
-	l, err := guard.New(client, guard.WithTTL(10*time.Second), guard.WithCloseTimeout(200*time.Millisecond))
+	// The request timeout leaves room to dial a connection through the
+	// latency (three round trips) and send the release.
+	l, err := guard.New(client, guard.WithTTL(10*time.Second), guard.WithRequestTimeout(5*time.Second), guard.WithCloseTimeout(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,9 +130,10 @@ func TestReleaseAppliedWhileCloseGivesUpIsNotALoss(t *testing.T) {
 		done <- l.WithLock(context.Background(), "release-in-flight", func(ctx context.Context) error {
 			close(started)
 			<-ctx.Done() // Close asks the job to stop
-			// The release reaches Redis 300ms later, after Close gave up
-			// at 200ms, and applies: the key is still ours there.
-			proxy.SetLatency(300 * time.Millisecond)
+			// The release's answer comes back 800ms later at the
+			// earliest, after Close gave up at 300ms; the release
+			// applies, since the key is still ours in Redis.
+			proxy.SetLatency(400 * time.Millisecond)
 			return nil
 		})
 	}()
@@ -192,15 +195,15 @@ func TestReleaseDuringCloseFreesAbandonedKey(t *testing.T) {
 func TestAcquireWithLostReplyLeavesNoHold(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := faultproxy.New(t, srv.Addr())
-	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 400 * time.Millisecond})
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 800 * time.Millisecond})
 	defer client.Close()
-	l, err := guard.New(client, guard.WithTTL(10*time.Second)) // request timeout 1s: the read times out first
+	l, err := guard.New(client, guard.WithTTL(10*time.Second), guard.WithRequestTimeout(2*time.Second)) // the read times out first
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	mustRelease(t, mustAcquire(t, t.Context(), l, "warm-up")) // loads the scripts
-	proxy.SetLatency(300 * time.Millisecond)                  // the script runs at 300ms; its reply would come at 600ms
+	proxy.SetLatency(500 * time.Millisecond)                  // the script runs at 500ms; its reply would come at 1s
 	le, err := l.Acquire(t.Context(), "lost-reply", guard.Wait(0))
 	proxy.SetLatency(0)
 	if err == nil {
