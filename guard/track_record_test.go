@@ -229,3 +229,58 @@ func TestAcquireWithLostReplyLeavesNoHold(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A final release whose first tries are lost (a partition) and whose retry
+// reaches Redis only after the hold expired there must report the key as
+// not held: the answer is about the expiry, not an earlier try of its own.
+// Before 1479828 a release begun before the lease's safe end took any "not
+// held" for its own doing and reported a clean release. (Since 72d3a21 a
+// release marker, not timing, tells the two apart.)
+func TestReleaseRetriedPastExpiryIsNotClean(t *testing.T) {
+	const ttl = 5 * time.Second
+	srv := redistest.Start(t)
+	proxy := faultproxy.New(t, srv.Addr())
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 100 * time.Millisecond})
+	defer client.Close()
+	// No stop grace: the job may run to the lease's safe end (~4.95s);
+	// the release retries for 2.4s, past the expiry in Redis (5s).
+	l, err := guard.New(client, guard.WithTTL(ttl), guard.WithRenewInterval(2500*time.Millisecond),
+		guard.WithRequestTimeout(2400*time.Millisecond), guard.WithStopGrace(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	start := time.Now()
+	le := mustAcquire(t, t.Context(), l, "retried-release", guard.Wait(0))
+	proxy.Blackhole(true) // no renewal gets through
+	time.Sleep(time.Until(start.Add(4 * time.Second)))
+	if cause := context.Cause(le.Context()); cause != nil {
+		t.Fatalf("lease over before its safe end: %v", cause)
+	}
+	released := make(chan error, 1)
+	go func() { released <- le.Release(context.Background()) }()
+	admin := srv.Client(t)
+	for {
+		n, err := admin.Exists(t.Context(), "guard:{retried-release}").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Since(start) > 2*ttl {
+			t.Fatalf("key still in Redis %v after its acquisition", time.Since(start))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	proxy.Blackhole(false) // the next retry of the release gets through
+	select {
+	case err := <-released:
+		t.Logf("Release: %v", err)
+		if !errors.Is(err, guard.ErrNotHeld) {
+			t.Fatalf("Release answered after the key expired in Redis = %v, want ErrNotHeld", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Release did not return within 10s")
+	}
+}
