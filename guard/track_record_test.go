@@ -1,7 +1,8 @@
 package guard_test
 
 // Regression tests for rows of docs/track-record.md whose fixes went in
-// without one. Each failed on the code before its fix.
+// without one. Each fails when its fix is taken out of today's code (the
+// lines that do what the fix did, where the code has moved since).
 
 import (
 	"context"
