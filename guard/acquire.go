@@ -122,8 +122,11 @@ type acquisition struct {
 	timing   timing
 	deadline time.Time // end of the Wait budget, when lc sets one
 	attempts int
-	held     *heldError // Redis's last busy answer; nil while none came
-	waiter   *waiter    // set once the acquisition waits for a release
+	// tryAgains counts the attempts Redis asked to make again (TRYAGAIN),
+	// for their backoff.
+	tryAgains int
+	held      *heldError // Redis's last busy answer; nil while none came
+	waiter    *waiter    // set once the acquisition waits for a release
 	// registered is set while the lock's queue may hold the acquisition's
 	// registration (acquire.lua adds it when the key is busy); registeredAt
 	// is when the last attempt that refreshed it was sent, and minted the
@@ -161,6 +164,10 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, a.notAcquired(err)
+		case errors.Is(err, store.ErrTryAgain) && a.tryAgainLater(ctx):
+			continue
+		case err != nil && ctx.Err() != nil: // while waiting to try again
+			return nil, fmt.Errorf("guard: acquire %q: %w; then %w", a.key, err, context.Cause(ctx))
 		case err != nil:
 			return nil, fmt.Errorf("guard: acquire %q: %w", a.key, err)
 		case rep.Acquired:
@@ -181,6 +188,41 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 			return a.take(token, a.registeredAt)
 		}
 	}
+}
+
+// Backoff between attempts that Redis asked to try again.
+const (
+	tryAgainBackoff    = 10 * time.Millisecond
+	tryAgainMaxBackoff = 250 * time.Millisecond
+)
+
+// tryAgainLater sleeps before another attempt after Redis answered
+// TRYAGAIN, and reports whether to make it: not when the Wait budget is
+// spent (Wait(0) returns the answer at once, an outage rather than
+// contention), ctx is done or the Locker closed. A resharding moves a
+// slot's keys in milliseconds, or seconds for a large slot, and the
+// scripts, which name keys that are usually absent (the queue, the release
+// marker), get TRYAGAIN for as long as the slot is migrating: a wait
+// rides it out instead of failing a job that would have waited anyway.
+func (a *acquisition) tryAgainLater(ctx context.Context) bool {
+	d := min(tryAgainBackoff<<min(a.tryAgains, 5), tryAgainMaxBackoff)
+	a.tryAgains++
+	if a.lc.waitSet {
+		left := a.deadline.Sub(a.l.clock.Now())
+		if left <= 0 {
+			return false
+		}
+		d = min(d, left)
+	}
+	t := a.l.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-ctx.Done():
+	case <-a.l.closed:
+	}
+	return false
 }
 
 // take turns the hold taken with token, by a request sent at sent, into a

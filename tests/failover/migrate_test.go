@@ -122,3 +122,58 @@ func TestClusterMigratingSlotKeepsLeaseRefusesAcquire(t *testing.T) {
 		t.Errorf("other's token %d not above the holder's %d", after.Token(), le.Token())
 	}
 }
+
+// A Locker that waits for a key whose slot is left migrating (Redis
+// answers its attempts TRYAGAIN) rides the migration out within its Wait
+// budget, as it would wait out a holder: once the keys have moved and the
+// holder releases, it gets the key with one Acquire call, not an error it
+// would have to retry itself. A single try (Wait(0)) still gets TRYAGAIN
+// at once.
+func TestClusterWaitRidesOutMigratingSlot(t *testing.T) {
+	const ttl = 3 * time.Second
+	c := redistest.StartCluster(t)
+	tl := newTimeline(t)
+	holder := clusterLocker(t, c, nil, guard.WithTTL(ttl))
+	other := clusterLocker(t, c, nil, guard.WithTTL(ttl))
+	from, to := c.Nodes()[0], c.Nodes()[1]
+	name, _ := namesOn(t, c, from)
+	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Second)
+	defer cancel()
+
+	le := mustAcquire(t, ctx, holder, name)
+	m := c.BeginMigration(t, c.Slot(t, lockKey(name)), from, to)
+	if _, err := other.Acquire(ctx, name, guard.Wait(0)); err == nil || errors.Is(err, guard.ErrNotAcquired) || !strings.Contains(err.Error(), "TRYAGAIN") {
+		t.Fatalf("a single try during the migration: %v; want TRYAGAIN", err)
+	}
+	type result struct {
+		le  *guard.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		le, err := other.Acquire(ctx, name, guard.Wait(15*time.Second))
+		got <- result{le, err}
+	}()
+	time.Sleep(ttl / 2) // attempts meet TRYAGAIN meanwhile
+	m.MoveKeys(t)
+	m.Finish(t)
+	tl.mark("migration done")
+	select {
+	case r := <-got:
+		t.Fatalf("the waiting Acquire returned while the holder held %s: %v", name, r.err)
+	default:
+	}
+	mustRelease(t, le)
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("the waiting Acquire: %v", r.err)
+		}
+		defer mustRelease(t, r.le)
+		if r.le.Token() <= le.Token() {
+			t.Errorf("token %d not above the holder's %d", r.le.Token(), le.Token())
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiting Acquire did not return after the release")
+	}
+}

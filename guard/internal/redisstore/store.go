@@ -174,17 +174,20 @@ func (s *Store) RenewalGroup(ctx context.Context, key string) string {
 // request for its slots goes on dialing the dead address until the map is
 // ClusterStateReloadInterval old (60s by default since go-redis 9.22),
 // and the leases the promoted replica still has are lost at their stop
-// time. The reload is lazy and go-redis runs at most one at a time.
+// time. A slot being migrated (ErrTryAgain) reloads it too, so the next
+// try goes where the slot ends up. The reload is lazy and go-redis runs at
+// most one at a time.
 func (s *Store) classify(err error) error {
 	err = classify(err)
-	if _, noReply := errors.AsType[*store.NoReplyError](err); noReply && s.cluster != nil {
+	if _, noReply := errors.AsType[*store.NoReplyError](err); (noReply || errors.Is(err, store.ErrTryAgain)) && s.cluster != nil {
 		s.cluster.ReloadState(context.Background())
 	}
 	return err
 }
 
 // classify puts a go-redis error in the store's terms: a WRONGTYPE reply
-// matches store.ErrWrongType, and an error that is not a reply from the server
+// matches store.ErrWrongType, a TRYAGAIN reply (or a redirection go-redis
+// did not follow to its end) store.ErrTryAgain, and an error that is not a reply from the server
 // (a broken connection, a timeout) is a NoReplyError: the request may have
 // run.
 func classify(err error) error {
@@ -201,6 +204,10 @@ func classify(err error) error {
 		return store.ErrWrongType
 	case reply && strings.HasPrefix(err.Error(), "WRONGTYPE"):
 		return fmt.Errorf("%w: %s", store.ErrWrongType, strings.TrimPrefix(err.Error(), "WRONGTYPE "))
+	case reply && (strings.HasPrefix(err.Error(), "TRYAGAIN") || strings.HasPrefix(err.Error(), "MOVED ") || strings.HasPrefix(err.Error(), "ASK ")):
+		// A redirection reaches the store only when go-redis ran out of
+		// redirections while a slot moved: the request did not run.
+		return fmt.Errorf("%w: %w", store.ErrTryAgain, err)
 	case reply:
 		return err
 	default:

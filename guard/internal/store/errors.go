@@ -14,6 +14,11 @@ var (
 	// ErrPermitsDiffer means an acquisition asked for another number of
 	// permits than the key's holders hold.
 	ErrPermitsDiffer = errors.New("guard: holders disagree on the key's number of permits")
+	// ErrTryAgain means the server asked for the request again later: a
+	// Cluster slot is being migrated and some of the request's keys may
+	// have moved (TRYAGAIN), or it has just moved and the client ran out of
+	// redirections (MOVED, ASK). Nothing ran.
+	ErrTryAgain = errors.New("guard: a Cluster slot is being migrated")
 )
 
 // NoReplyError is the failure of a request whose reply never came: it may
