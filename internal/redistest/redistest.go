@@ -56,6 +56,11 @@ type Server struct {
 	// --sentinel), which rewrites that file as it learns the topology.
 	conf     string
 	sentinel bool
+	// env is added to the process's environment (StartWithClock), and
+	// reaped, if set, is called with the pid of each process once it has
+	// exited.
+	env    []string
+	reaped func(pid int)
 
 	mu     sync.Mutex
 	proc   *process // current process; nil before the first start and after Kill
@@ -264,7 +269,7 @@ func (s *Server) startLocked(port int) error {
 	if fi, err := os.Stat(s.log); err == nil {
 		logStart = fi.Size()
 	}
-	p, err := launch(s.bin, s.log, args)
+	p, err := launch(s.bin, s.log, args, s.env)
 	if err != nil {
 		return err
 	}
@@ -292,6 +297,9 @@ func (s *Server) killLocked() error {
 	_ = p.cmd.Process.Kill()
 	select {
 	case <-p.done:
+		if s.reaped != nil {
+			s.reaped(p.cmd.Process.Pid)
+		}
 		return nil
 	case <-time.After(exitTimeout):
 		return fmt.Errorf("pid %d did not exit within %v of SIGKILL", p.cmd.Process.Pid, exitTimeout)
@@ -335,9 +343,10 @@ func (s *Server) logSince(offset int64, substr string) bool {
 	return strings.Contains(string(b[offset:]), substr)
 }
 
-// launch starts redis-server with stdout and stderr appended to logPath, and
-// a reaper goroutine that closes done when the process has exited.
-func launch(bin, logPath string, args []string) (*process, error) {
+// launch starts redis-server with stdout and stderr appended to logPath and
+// env added to its environment, and a reaper goroutine that closes done
+// when the process has exited.
+func launch(bin, logPath string, args, env []string) (*process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -349,6 +358,9 @@ func launch(bin, logPath string, args []string) (*process, error) {
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = sysProcAttr()
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
