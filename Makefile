@@ -43,24 +43,35 @@ test-servers: redis
 	if [ $$found = 0 ]; then echo "test-servers: no redis-server builds in $(SERVERS); nothing to run"; fi
 
 # Tests start their own redis-server on free loopback ports; they only need
-# the binary on PATH. When installing, we stop and disable the service the
-# Debian package may have started on 6379, and start nothing ourselves.
+# the binary on PATH, and libfaketime (Debian's faketime) for the tests that
+# step a server's clock (redistest.StartWithClock). When installing, we stop
+# and disable the service the Debian package may have started on 6379, and
+# start nothing ourselves.
+FAKETIME_LIBS = /usr/lib/*/faketime/libfaketime.so.1 /usr/lib/faketime/libfaketime.so.1 /usr/local/lib/faketime/libfaketime.so.1
+HAVE_FAKETIME = found=; for f in $(FAKETIME_LIBS); do [ -e "$$f" ] && found=1; done; [ -n "$$found" ]
+
 redis:
-	@if command -v redis-server >/dev/null 2>&1; then exit 0; fi; \
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="redis-server"; \
+	( $(HAVE_FAKETIME) ) || missing="$$missing faketime"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" != 0 ]; then \
-		echo "redis-server not found: install the Debian package redis-server (sudo apt-get install redis-server) and re-run make test" >&2; \
+		echo "missing:$$missing: install the Debian packages (sudo apt-get install$$missing) and re-run make test" >&2; \
 		exit 1; \
 	fi; \
 	set -e; \
-	echo "redis-server not found: installing the Debian package redis-server"; \
+	echo "missing:$$missing: installing the Debian packages"; \
 	apt-get update -qq; \
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; \
-	if [ -d /run/systemd/system ]; then \
-		systemctl disable --now redis-server >/dev/null 2>&1 || true; \
-	elif command -v service >/dev/null 2>&1; then \
-		service redis-server stop >/dev/null 2>&1 || true; \
-	fi; \
-	command -v redis-server >/dev/null 2>&1 || { echo "redis-server is still not on PATH after installing it" >&2; exit 1; }
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	case "$$missing" in *redis-server*) \
+		if [ -d /run/systemd/system ]; then \
+			systemctl disable --now redis-server >/dev/null 2>&1 || true; \
+		elif command -v service >/dev/null 2>&1; then \
+			service redis-server stop >/dev/null 2>&1 || true; \
+		fi;; \
+	esac; \
+	command -v redis-server >/dev/null 2>&1 || { echo "redis-server is still not on PATH after installing it" >&2; exit 1; }; \
+	( $(HAVE_FAKETIME) ) || { echo "libfaketime is still missing after installing faketime (looked for $(FAKETIME_LIBS))" >&2; exit 1; }
 
 fmt-check:
 	@files="$$(gofmt -l .)"; \
