@@ -65,6 +65,7 @@ type scenario struct {
 var scenarios = []scenario{
 	{"standalone", runStandalone},
 	{"standalone-aof", runStandaloneAOF},
+	{"standalone-clock", runStandaloneClock},
 	{"sentinel", runSentinel},
 	{"cluster", runCluster},
 	{"redlock", runQuorum},
