@@ -188,7 +188,8 @@ func MinHold(d time.Duration) LockOption { return func(c *lockConfig) { c.minHol
 // expires only if every acquisition that used it asked for FenceTTL: one
 // without it makes the counter permanent. An expired counter does not send
 // tokens back: a token is never below the server's clock in microseconds
-// (see the package doc, Fencing, for the clock assumption).
+// (see the package doc, Fencing, for the clock assumption), unless that
+// clock is stepped back by more than d after the counter expired.
 // Default: 0, the counter never expires. Must be >= 0.
 func FenceTTL(d time.Duration) LockOption { return func(c *lockConfig) { c.fenceTTL = d } }
 

@@ -61,7 +61,9 @@
 // # Running
 //
 // TestChaos runs every scenario (standalone, standalone with AOF,
-// Sentinel with and without replica ack, Cluster, Redlock) under a profile:
+// standalone with its server's wall clock stepped forward and back by less
+// and by more than the TTL under libfaketime, Sentinel with and without
+// replica ack, Cluster, Redlock) under a profile:
 //
 //	go test -race ./internal/chaos/                   # -chaos.profile=slice: one fault of each kind, scenarios in parallel, under a minute
 //	go test -race -count=1 -timeout 15m -run '^TestChaos$' ./internal/chaos/ \
