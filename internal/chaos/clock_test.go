@@ -23,9 +23,9 @@ const (
 )
 
 // clockSteps is how far each kind steps the clock. A step smaller than
-// the stop grace is one the lock must absorb: the job is told
-// StopGrace before its lease could end by the client's reckoning, and the
-// step brings the end in Redis only that much closer.
+// the stop grace (TTL/5 < stopGrace) is one the lock must absorb: the job
+// is told the grace before its lease could end by the client's reckoning,
+// and the step brings the end in Redis only that much closer.
 var clockSteps = map[string]time.Duration{
 	kindClockGrace: ttl / 5,
 	kindClockHalf:  ttl / 2,
@@ -53,7 +53,9 @@ func runStandaloneClock(t *testing.T, p profile, seed uint64) []*chaos.Result {
 			break
 		}
 		time.Sleep(s.Gap)
-		r.holder(g, insp)
+		r.holder(g, insp) // step while a job has all its hold ahead of it
+		// Nothing lifts a step: the fault is the step and the time after
+		// it in which its early (or late) expiries happen.
 		r.inject(s.Kind, s.Duration, func() string { clock.Step(t, clockSteps[s.Kind]); return server.Addr() }, func() {})
 	}
 	t.Logf("%s: the server's clock ends %v from the real one", r.name, clock.Offset())
