@@ -66,6 +66,8 @@ var scenarios = []scenario{
 	{"standalone", runStandalone},
 	{"standalone-aof", runStandaloneAOF},
 	{"standalone-clock", runStandaloneClock},
+	{"standalone-evict", runEvict},
+	{"standalone-operator", runOperator},
 	{"sentinel", runSentinel},
 	{"cluster", runCluster},
 	{"redlock", runQuorum},
