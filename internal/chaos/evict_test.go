@@ -69,10 +69,16 @@ func runEvict(t *testing.T, p profile, seed uint64) []*chaos.Result {
 			return fmt.Sprintf("%s (evicted: %s)", w.id, strings.Join(ev.take(), ", "))
 		}, func() {
 			unlink(t, filler, names)
-			// Tokens start from the server's clock in microseconds when
-			// the counter is gone, so a new one is still higher.
+			// With its counter evicted, the next token is the server's
+			// clock in microseconds, as every token is unless minted
+			// twice within one: still above every token before, so the
+			// resource's fence refuses none of the new holders.
+			after := fenceOf(t, insp, r.lockKey(g))
 			t.Logf("%s: fencing counter %d before the fault, %d after; evicted while full: %s",
-				r.name, before, fenceOf(t, insp, r.lockKey(g)), strings.Join(ev.take(), ", "))
+				r.name, before, after, strings.Join(ev.take(), ", "))
+			if after > 0 && after <= before {
+				t.Errorf("%s: the fencing counter went from %d to %d across its eviction", r.name, before, after)
+			}
 		})
 	}
 	return r.finish()

@@ -351,16 +351,28 @@ func (s *Store) Charge(ctx context.Context, key string, amount, limit int64, win
 	return vals[0] == 1, time.Duration(vals[1]) * time.Millisecond, nil
 }
 
-// configPolicy reads maxmemory and maxmemory-policy from a CONFIG GET
-// reply.
-func configPolicy(node string, config map[string]string) store.ServerPolicy {
-	return store.ServerPolicy{Node: node, MaxMemory: strings.TrimSpace(config["maxmemory"]), Policy: strings.TrimSpace(config["maxmemory-policy"])}
+// infoPolicy reads maxmemory and maxmemory_policy from an INFO memory
+// reply. INFO, not CONFIG GET: managed services and hardened servers
+// often rename or forbid CONFIG, and INFO answers there.
+func infoPolicy(node, info string) store.ServerPolicy {
+	p := store.ServerPolicy{Node: node}
+	for line := range strings.Lines(info) {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), ":")
+		switch {
+		case !ok:
+		case name == "maxmemory":
+			p.MaxMemory = value
+		case name == "maxmemory_policy":
+			p.Policy = value
+		}
+	}
+	return p
 }
 
 func (s *Store) EvictionPolicies(ctx context.Context) ([]store.ServerPolicy, error) {
 	read := func(ctx context.Context, c *redis.Client, node string) (store.ServerPolicy, error) {
-		config, err := c.ConfigGet(ctx, "maxmemory*").Result()
-		return configPolicy(node, config), err
+		info, err := c.Info(ctx, "memory").Result()
+		return infoPolicy(node, info), err
 	}
 	if s.cluster == nil {
 		c, ok := s.client.(*redis.Client)
