@@ -50,9 +50,13 @@ func guardctl(t *testing.T, env []string, args ...string) result {
 	}
 	// A note that a KEY given as a Redis key was read as the lock's name
 	// may come before that one line.
+	// A warning that the server may evict lock keys may come after it.
 	rest := r.stderr
 	if note, after, ok := strings.Cut(rest, "\n"); ok && strings.HasSuffix(note, "; using the lock name") {
 		rest = after
+	}
+	if i := strings.Index(rest, "guardctl: warning: "); i >= 0 && strings.Count(rest[i:], "\n") == 1 {
+		rest = rest[:i]
 	}
 	if n := strings.Count(rest, "\n"); n > 1 || (rest != "" && !strings.HasSuffix(rest, "\n")) {
 		t.Errorf("guardctl %q: stderr is not one line:\n%s", args, r.stderr)
@@ -832,4 +836,40 @@ func TestCluster(t *testing.T) {
 	}
 	// One address is enough to find the others.
 	must(t, 0, nil, "--url=redis-cluster://"+cl.Addrs()[1], "show", "job-7")
+}
+
+// guardctl warns, on standard error after its answer, when the server may
+// evict lock keys, naming the policy and what it evicts; it reads INFO,
+// so a server whose CONFIG is renamed away is checked too. A server with
+// noeviction gets no warning.
+func TestEvictionWarning(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		args   []string
+		evicts string // "" for no warning
+	}{
+		{"allkeys-lru", []string{"--rename-command", "CONFIG", ""}, "any key, a held lock and its fencing counter"},
+		{"volatile-lru", nil, "keys with a TTL"},
+		{"noeviction", nil, ""},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			srv := redistest.Start(t, append([]string{"--maxmemory", "64mb", "--maxmemory-policy", tc.policy}, tc.args...)...)
+			holder := newLocker(t, srv.Client(t), guard.WithIdentity("web-1/7"))
+			le := acquire(t, t.Context(), holder, "job")
+			defer func() { _ = le.Release(t.Context()) }()
+			for _, args := range [][]string{{"show", "job"}, {"--json", "ls"}} {
+				r := must(t, 0, nil, append([]string{"--url=redis://" + srv.Addr()}, args...)...)
+				warned := strings.Contains(r.stderr, "guardctl: warning: ")
+				if warned != (tc.evicts != "") {
+					t.Fatalf("guardctl %q: warned %v, want %v; stderr:\n%s", args, warned, tc.evicts != "", r.stderr)
+				}
+				if warned && (!strings.Contains(r.stderr, "maxmemory-policy "+tc.policy+" evicts "+tc.evicts) || !strings.Contains(r.stderr, "noeviction")) {
+					t.Errorf("guardctl %q: the warning does not name %s, what it evicts and the fix:\n%s", args, tc.policy, r.stderr)
+				}
+				if !strings.Contains(r.stdout, "web-1/7") { // the answer is on stdout all the same
+					t.Errorf("guardctl %q: stdout lacks the holder:\n%s", args, r.stdout)
+				}
+			}
+		})
+	}
 }

@@ -109,6 +109,17 @@
 // left out for a plain lock. Strings are JSON strings: ESC is \u001b, and
 // DEL, C1 controls and format characters are escaped (\u007f) too.
 //
+// # Eviction warning
+//
+// After a command that Redis answered, guardctl reads INFO memory from the
+// server (each master of a Cluster) and, where a maxmemory is set with a
+// maxmemory-policy other than noeviction, writes one line to standard
+// error: "guardctl: warning: Redis at ... may evict lock keys under memory
+// pressure", naming the policy and what it evicts (allkeys-*: any key, the
+// fencing counter too; volatile-*: the keys with a TTL, which every lock
+// has). A lock evicted while held lets a second owner in while its holder
+// runs. A server that does not answer INFO is passed over in silence.
+//
 // # Exit status
 //
 // 0 when the lock (or, for ls, at least one lock) was found, or was
@@ -211,6 +222,7 @@ type cli struct {
 	stdout io.Writer
 	stderr io.Writer
 	locker *guard.Locker
+	client redis.UniversalClient // the Locker's, for the eviction check
 }
 
 // run runs the command line args and returns the exit status.
@@ -270,6 +282,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return code
 	}
 	defer closeLocker()
+	code = c.command(ctx, cmd, pos)
+	if code != exitUsage { // Redis answered: is it one that may evict the locks?
+		c.warnEviction(context.WithoutCancel(ctx), c.client)
+	}
+	return code
+}
+
+// command runs cmd on the connected Locker and returns the exit status.
+func (c *cli) command(ctx context.Context, cmd string, pos []string) int {
 	switch cmd {
 	case "ls", "list":
 		pattern := "*"
@@ -344,7 +365,7 @@ func (c *cli) connect() (closeAll func(), code int, ok bool) {
 		c.fail("%v", err)
 		return nil, exitUsage, false
 	}
-	c.locker = l
+	c.locker, c.client = l, client
 	return func() {
 		_ = l.Close()
 		_ = client.Close()
