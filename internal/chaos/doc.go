@@ -57,13 +57,30 @@
 // master (each told to replicate through a black-holed faultproxy) while
 // holders go on, then SIGKILLs the master, so that Sentinel promotes a
 // replica without the latest leases.
+// # Faults
+//
+// Standalone: the holder SIGSTOPped past its TTL, its link black-holed or
+// slowed, the holder SIGKILLed, the server SIGKILLed and restarted without
+// and with AOF. Sentinel: a failover with and without replica ack.
+// Cluster: a master SIGKILLed and its replica promoted. Redlock: one of
+// three masters SIGSTOPped past the TTL, or SIGKILLed and restarted empty.
+// standalone-evict: lock keys evicted under memory pressure (a server with
+// maxmemory and allkeys-random, filled by another client until the lock's
+// hash and its fencing counter are evicted, then emptied of the filler).
+// standalone-operator: guardctl release --force of the holder in the middle
+// of its job (Locker.ForceRelease, the call that command makes). Eviction,
+// force-release, a SIGSTOP and a restart or failover that forgets the lease
+// are faults where the lock cannot tell the holder before another owner
+// acquires: only fencing protects the data there, and a late announcement
+// is reported, not failed.
 //
 // # Running
 //
 // TestChaos runs every scenario (standalone, standalone with AOF,
 // standalone with its server's wall clock stepped forward and back by less
 // and by more than the TTL under libfaketime, Sentinel with and without
-// replica ack, Cluster, Redlock) under a profile:
+// replica ack, Cluster, Redlock, and the scenarios of issue 28 below) under
+// a profile:
 //
 //	go test -race ./internal/chaos/                   # -chaos.profile=slice: one fault of each kind, scenarios in parallel, under a minute
 //	go test -race -count=1 -timeout 15m -run '^TestChaos$' ./internal/chaos/ \
