@@ -1,11 +1,15 @@
 package chaos_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/jobguard/jobguard/guard"
 	"github.com/jobguard/jobguard/internal/chaos"
 	"github.com/jobguard/jobguard/internal/redistest"
 )
@@ -33,6 +37,7 @@ func runOperator(t *testing.T, p profile, seed uint64) []*chaos.Result {
 		}
 		time.Sleep(s.Gap)
 		w := r.holder(g, insp)
+		r.waitAcquiredRecorded(w, insp, r.lockKey(g))
 		r.inject(s.Kind, 0, func() string {
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			defer cancel()
@@ -48,4 +53,34 @@ func runOperator(t *testing.T, p profile, seed uint64) []*chaos.Result {
 		}, nil)
 	}
 	return r.finish()
+}
+
+// waitAcquiredRecorded waits, up to 1s, until w's history records its
+// acquisition of the hold it has on key: Inspect can see a hold before its
+// worker writes it down, and a force-release in between would end, in the
+// histories, before the lease it ended began, and be taken for a loss
+// that no fault explains.
+func (r *run) waitAcquiredRecorded(w *workerProc, insp *guard.Locker, key string) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(r.t.Context(), time.Second)
+	st, err := insp.Inspect(ctx, key)
+	cancel()
+	if err != nil || len(st.Holders) == 0 || st.Holders[0].Identity != w.id {
+		return // it released already: the fault hits whoever holds it now
+	}
+	tok := st.Holders[0].Token
+	for range 100 {
+		b, err := os.ReadFile(w.history)
+		if err == nil {
+			if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+				b = b[:i+1] // the worker may be writing a line
+			}
+			evs, _ := chaos.ParseHistory(b)
+			if slices.ContainsFunc(evs, func(e chaos.Event) bool { return e.Kind == chaos.EvAcquired && e.Token == tok }) {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.t.Logf("%s: %s did not record its acquisition (token %d) within 1s", r.name, w.id, tok)
 }
