@@ -23,7 +23,7 @@ import (
 
 // commandLog is a go-redis hook that records the commands a client sends:
 // a script call as "fcall <function>" (or "evalsha"). It leaves out a new
-// connection's handshake, the eviction check (CONFIG GET) that a Locker
+// connection's handshake, the eviction check (INFO memory) that a Locker
 // sends once, in the background, after its first acquisition, and a
 // quorum's write-back of a fresh token (write_fence), which goes on to the
 // last masters after the acquisition returned.
@@ -53,7 +53,7 @@ func (c *commandLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func (c *commandLog) add(cmd redis.Cmder) {
 	name := cmd.Name()
 	switch name {
-	case "hello", "client", "config":
+	case "hello", "client", "info":
 		return
 	case "fcall":
 		if args := cmd.Args(); len(args) > 1 {
