@@ -66,7 +66,9 @@ func runEvict(t *testing.T, p profile, seed uint64) []*chaos.Result {
 		var names []string
 		r.inject(s.Kind, s.Duration, func() string {
 			names = fill(t, filler, ev, fmt.Sprintf("filler:%d:", i), lockKey, lockKey+":fence")
-			return fmt.Sprintf("%s (evicted: %s)", w.id, strings.Join(ev.take(), ", "))
+			// The server is the target: an evicted lock is free to every
+			// worker, not only to its holder.
+			return fmt.Sprintf("%s (holder %s; evicted: %s)", server.Addr(), w.id, strings.Join(ev.take(), ", "))
 		}, func() {
 			unlink(t, filler, names)
 			// With its counter evicted, the next token is the server's
