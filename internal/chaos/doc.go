@@ -49,14 +49,6 @@
 // owner acquired, and the time from each fault's end to the next accepted
 // write. WriteReport writes report.json and report.md.
 //
-// Two scenarios change the topology under the workers. cluster-reshard
-// moves the slot of the workers' key to another master as an operator's
-// resharding does (CLUSTER SETSLOT IMPORTING on the target, MIGRATING on
-// the source, MIGRATE of its keys, SETSLOT NODE), at once or left migrating
-// for over a TTL first. sentinel-replication cuts both replicas off the
-// master (each told to replicate through a black-holed faultproxy) while
-// holders go on, then SIGKILLs the master, so that Sentinel promotes a
-// replica without the latest leases.
 // # Faults
 //
 // Standalone: the holder SIGSTOPped past its TTL, its link black-holed or
@@ -64,27 +56,42 @@
 // and with AOF. Sentinel: a failover with and without replica ack.
 // Cluster: a master SIGKILLed and its replica promoted. Redlock: one of
 // three masters SIGSTOPped past the TTL, or SIGKILLed and restarted empty.
-// standalone-evict: lock keys evicted under memory pressure (a server with
-// maxmemory and allkeys-random, filled by another client until the lock's
-// hash and its fencing counter are evicted, then emptied of the filler).
-// standalone-operator: guardctl release --force of the holder in the middle
-// of its job (Locker.ForceRelease, the call that command makes). Eviction,
-// force-release, a SIGSTOP and a restart or failover that forgets the lease
-// are faults where the lock cannot tell the holder before another owner
-// acquires: only fencing protects the data there, and a late announcement
-// is reported, not failed.
+//
+// Issue 28 added faults real fleets meet. standalone-clock: the server's
+// wall clock stepped forward and back, by less and by more than the TTL
+// (libfaketime). standalone-evict: lock keys evicted under memory pressure
+// (a server with maxmemory and allkeys-random, filled by another client
+// until the lock's hash and its fencing counter are evicted, then emptied
+// of the filler). standalone-operator: guardctl release --force of the
+// holder in the middle of its job (Locker.ForceRelease, the call that
+// command makes). cluster-reshard: the slot of the workers' key moved to
+// another master as an operator's resharding does (CLUSTER SETSLOT
+// IMPORTING on the target, MIGRATING on the source, MIGRATE of its keys,
+// SETSLOT NODE), at once or left migrating for over a TTL first.
+// sentinel-replication: both replicas cut off the master (each told to
+// replicate through a black-holed faultproxy) while holders go on, then
+// the master SIGKILLed, so that Sentinel promotes a replica without the
+// latest leases.
+//
+// A clock stepped forward past the lease, eviction, force-release, a
+// SIGSTOP and a restart or failover that forgets the lease are faults
+// where the lock cannot tell the holder before another owner acquires:
+// only fencing protects the data there, and a late announcement is
+// reported, not failed.
 //
 // # Running
 //
-// TestChaos runs every scenario (standalone, standalone with AOF,
-// standalone with its server's wall clock stepped forward and back by less
-// and by more than the TTL under libfaketime, Sentinel with and without
-// replica ack, Cluster, Redlock, and the scenarios of issue 28 below) under
-// a profile:
+// TestChaos runs every scenario (see Faults) under a profile:
 //
 //	go test -race ./internal/chaos/                   # -chaos.profile=slice: one fault of each kind, scenarios in parallel, under a minute
 //	go test -race -count=1 -timeout 15m -run '^TestChaos$' ./internal/chaos/ \
 //		-args -chaos.profile=full -chaos.seed=15 -chaos.out=$PWD/chaos-report
+//	go test -race -count=1 -timeout 3h -run '^TestChaos$' ./internal/chaos/ \
+//		-args -chaos.profile=long -chaos.duration=1h -chaos.seed=15 -chaos.out=$PWD/chaos-report
+//
+// (make chaos and make chaos-long run the last two.) The long profile runs
+// every scenario at once, each injecting faults from its schedule until
+// -chaos.duration is up.
 //
 // -chaos.seed sets the schedule's seed (printed at the start and in the
 // report), -chaos.out a directory for report.json, report.md, the
