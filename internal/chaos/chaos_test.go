@@ -54,6 +54,18 @@ var promises = map[string]string{
 	kindMinority: "a quorum of 3 survives the loss of one master: holders keep their leases or are told in time",
 	kindEmptyNode: "a master restarted empty may grant the key again once a majority agrees without the holder's " +
 		"master: only fencing protects the data",
+	kindClockGrace: "a step forward smaller than the stop grace is absorbed: the holder is told in time",
+	kindClockHalf: "a step forward beyond the stop grace can end the lease in Redis before the holder is told, " +
+		"unless the next renewal lands first: only fencing is promised; the permanent fencing counter keeps tokens increasing",
+	kindClockAhead: "a step forward past the TTL ends the lease in Redis at once: another owner may get in before the " +
+		"holder's next renewal tells it; fencing refuses the old holder, and tokens keep increasing",
+	kindClockBack: "a step back lengthens leases in Redis and shortens nothing: holders keep their leases or are told in time, " +
+		"and tokens keep increasing (the counter is permanent unless FenceTTL is set)",
+	kindClockFar: "as for a small step back: told in time, tokens increasing",
+	kindEvict: "Redis must keep guard's keys (noeviction); an evicted lock is free at once: the holder is told at its next " +
+		"renewal, perhaps after another owner got in; fencing refuses the old holder, and tokens do not go back",
+	kindForceRelease: "a force-release frees the key at once and wakes the waiters; the holder is told at its next renewal " +
+		"(within TTL/3), after another owner may have got in: only fencing protects the data",
 }
 
 // scenario is one topology with its faults.
