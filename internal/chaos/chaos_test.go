@@ -100,7 +100,7 @@ func TestChaos(t *testing.T) {
 		if *durationFlag <= 0 {
 			t.Fatalf("-chaos.duration=%v: want a positive duration", *durationFlag)
 		}
-		p.duration = *durationFlag
+		p.duration, p.start = *durationFlag, time.Now()
 	}
 	seed := *seedFlag
 	fmt.Fprintf(os.Stderr, "chaos: profile %s, seed %d (rerun with -chaos.seed=%d)\n", p.name, seed, seed)
@@ -153,7 +153,11 @@ func command(p profile, seed uint64) string {
 	if p.duration > 0 {
 		timeout = chaosLongTimeout
 	}
-	c := fmt.Sprintf("go test -race -count=1 -timeout %s -run '^TestChaos$' ./internal/chaos/ -args -chaos.profile=%s -chaos.seed=%d", timeout, p.name, seed)
+	parallel := ""
+	if p.duration > 0 {
+		parallel = " -parallel 16"
+	}
+	c := fmt.Sprintf("go test -race -count=1 -timeout %s%s -run '^TestChaos$' ./internal/chaos/ -args -chaos.profile=%s -chaos.seed=%d", timeout, parallel, p.name, seed)
 	if p.duration > 0 {
 		c += " -chaos.duration=" + p.duration.String()
 	}

@@ -24,9 +24,12 @@ type profile struct {
 	each     int  // faults of each kind per scenario (a bound when duration is set)
 	workers  int  // workers per group
 	parallel bool // run the scenarios at once
-	// duration, when set, is how long every scenario goes on injecting
-	// faults from its schedule; the schedule then ends it, not each.
+	// duration, when set, is how long after start every scenario goes on
+	// injecting faults from its schedule; the schedule then ends it, not
+	// each. One end for all: a scenario that starts late (go test runs
+	// -parallel subtests at once) stops with the others.
 	duration time.Duration
+	start    time.Time
 }
 
 // The slice runs one fault of each kind, every scenario at once, to fit
@@ -117,7 +120,7 @@ func newRun(t *testing.T, p profile, name, topology string) *run {
 		deadline: time.Now().Add(8 * time.Minute), // a bound; the stop file ends them
 	}
 	if p.duration > 0 {
-		r.end = time.Now().Add(p.duration)
+		r.end = p.start.Add(p.duration)
 		r.deadline = r.end.Add(5 * time.Minute)
 	}
 	return r
