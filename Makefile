@@ -129,7 +129,7 @@ chaos: redis
 
 chaos-long: redis
 	rm -rf $(CHAOS_DIR) && mkdir -p $(CHAOS_DIR)
-	$(GO) test -race -count=1 -timeout 3h -parallel 16 -run '^TestChaos$$' ./internal/chaos/ \
+	$(GO) test -race -count=1 -timeout 3h -run '^TestChaos$$' ./internal/chaos/ \
 		-args -chaos.profile=long -chaos.duration=$(DURATION) -chaos.seed=$(SEED) -chaos.out=$(CHAOS_DIR)
 	$(MAKE) --no-print-directory chaos-rest
 

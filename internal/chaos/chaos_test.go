@@ -108,17 +108,28 @@ func TestChaos(t *testing.T) {
 	var mu sync.Mutex
 	var results []*chaos.Result
 	t.Run("scenarios", func(t *testing.T) {
+		// A parallel profile runs every scenario at once from goroutines
+		// of its own (t.Run allows it), not through t.Parallel, which runs
+		// only -parallel (the CPU count) at a time: the slice would take
+		// the sum of its scenarios' times over two, and a long run's
+		// scenarios would take turns.
+		var wg sync.WaitGroup
 		for _, sc := range scenarios {
-			t.Run(sc.name, func(t *testing.T) {
-				if p.parallel {
-					t.Parallel()
-				}
-				rs := sc.run(t, p, seed)
-				mu.Lock()
-				defer mu.Unlock()
-				results = append(results, rs...)
-			})
+			run := func() {
+				t.Run(sc.name, func(t *testing.T) {
+					rs := sc.run(t, p, seed)
+					mu.Lock()
+					defer mu.Unlock()
+					results = append(results, rs...)
+				})
+			}
+			if !p.parallel {
+				run()
+				continue
+			}
+			wg.Go(run)
 		}
+		wg.Wait()
 	})
 	slices.SortFunc(results, func(a, b *chaos.Result) int { return strings.Compare(a.Scenario, b.Scenario) })
 	rep := &chaos.Report{
@@ -153,11 +164,7 @@ func command(p profile, seed uint64) string {
 	if p.duration > 0 {
 		timeout = chaosLongTimeout
 	}
-	parallel := ""
-	if p.duration > 0 {
-		parallel = " -parallel 16"
-	}
-	c := fmt.Sprintf("go test -race -count=1 -timeout %s%s -run '^TestChaos$' ./internal/chaos/ -args -chaos.profile=%s -chaos.seed=%d", timeout, parallel, p.name, seed)
+	c := fmt.Sprintf("go test -race -count=1 -timeout %s -run '^TestChaos$' ./internal/chaos/ -args -chaos.profile=%s -chaos.seed=%d", timeout, p.name, seed)
 	if p.duration > 0 {
 		c += " -chaos.duration=" + p.duration.String()
 	}

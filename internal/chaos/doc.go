@@ -86,13 +86,12 @@
 //	go test -race ./internal/chaos/                   # -chaos.profile=slice: one fault of each kind, scenarios in parallel, under a minute
 //	go test -race -count=1 -timeout 15m -run '^TestChaos$' ./internal/chaos/ \
 //		-args -chaos.profile=full -chaos.seed=15 -chaos.out=$PWD/chaos-report
-//	go test -race -count=1 -timeout 3h -parallel 16 -run '^TestChaos$' ./internal/chaos/ \
+//	go test -race -count=1 -timeout 3h -run '^TestChaos$' ./internal/chaos/ \
 //		-args -chaos.profile=long -chaos.duration=1h -chaos.seed=15 -chaos.out=$PWD/chaos-report
 //
 // (make chaos and make chaos-long run the last two.) The long profile runs
-// every scenario at once (hence -parallel: go test runs as many parallel
-// subtests at a time as there are CPUs by default), each injecting faults
-// from its schedule until -chaos.duration after the run began.
+// every scenario at once, as the slice does, each injecting faults from
+// its schedule until -chaos.duration after the run began.
 //
 // -chaos.seed sets the schedule's seed (printed at the start and in the
 // report), -chaos.out a directory for report.json, report.md, the

@@ -26,8 +26,8 @@ type profile struct {
 	parallel bool // run the scenarios at once
 	// duration, when set, is how long after start every scenario goes on
 	// injecting faults from its schedule; the schedule then ends it, not
-	// each. One end for all: a scenario that starts late (go test runs
-	// -parallel subtests at once) stops with the others.
+	// each. One end for all: a scenario whose topology took longer to
+	// start stops with the others.
 	duration time.Duration
 	start    time.Time
 }
