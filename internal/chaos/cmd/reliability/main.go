@@ -79,7 +79,9 @@ func build(dir, record string) (string, error) {
 	fmt.Fprintf(&b, "One run of %s on %s (seed %d, %s, %d CPUs): worker processes "+
 		"take guarded leases and do fenced read-modify-writes of a shared counter while faults are injected for real "+
 		"(SIGSTOP and SIGKILL of holders and servers, black-holed and slowed links through a TCP proxy, Sentinel and "+
-		"Cluster failovers, Redlock masters lost and restarted empty). Each group's recorded history (every fenced "+
+		"Cluster failovers, Redlock masters lost and restarted empty, the server's wall clock stepped forward and back, "+
+		"lock keys evicted under maxmemory, an operator's force-release mid-job, a Cluster slot resharded under held "+
+		"leases and queued waiters, replicas cut off before a failover). Each group's recorded history (every fenced "+
 		"read and write, with its call and return times) is checked for linearizability by porcupine against two "+
 		"sequential specifications, and porcupine's verdict decides whether the run violates them: a register whose "+
 		"accepted operations carry non-decreasing fencing tokens (a lower token is refused, a read returns the last "+
