@@ -177,17 +177,35 @@ func (s *Store) RenewalGroup(ctx context.Context, key string) string {
 // time. A slot being migrated (ErrTryAgain) reloads it too, so the next
 // try goes where the slot ends up. The reload is lazy and go-redis runs at
 // most one at a time.
+//
+// Only a Cluster client's requests can meet a slot on the move: a plain
+// client pointed at a Cluster node gets MOVED for every key of another
+// node's slots, for good, and that is a misconfiguration to report at
+// once, not a migration to wait out.
 func (s *Store) classify(err error) error {
+	if s.cluster != nil && slotMoving(err) {
+		s.cluster.ReloadState(context.Background())
+		return fmt.Errorf("%w: %w", store.ErrTryAgain, err)
+	}
 	err = classify(err)
-	if _, noReply := errors.AsType[*store.NoReplyError](err); (noReply || errors.Is(err, store.ErrTryAgain)) && s.cluster != nil {
+	if _, noReply := errors.AsType[*store.NoReplyError](err); noReply && s.cluster != nil {
 		s.cluster.ReloadState(context.Background())
 	}
 	return err
 }
 
+// slotMoving reports whether err is Redis's TRYAGAIN, or a redirection
+// (MOVED, ASK) that go-redis did not follow to its end.
+func slotMoving(err error) bool {
+	if _, reply := errors.AsType[redis.Error](err); !reply || err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "TRYAGAIN") || strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
+}
+
 // classify puts a go-redis error in the store's terms: a WRONGTYPE reply
-// matches store.ErrWrongType, a TRYAGAIN reply (or a redirection go-redis
-// did not follow to its end) store.ErrTryAgain, and an error that is not a reply from the server
+// matches store.ErrWrongType, and an error that is not a reply from the server
 // (a broken connection, a timeout) is a NoReplyError: the request may have
 // run.
 func classify(err error) error {
@@ -204,10 +222,6 @@ func classify(err error) error {
 		return store.ErrWrongType
 	case reply && strings.HasPrefix(err.Error(), "WRONGTYPE"):
 		return fmt.Errorf("%w: %s", store.ErrWrongType, strings.TrimPrefix(err.Error(), "WRONGTYPE "))
-	case reply && (strings.HasPrefix(err.Error(), "TRYAGAIN") || strings.HasPrefix(err.Error(), "MOVED ") || strings.HasPrefix(err.Error(), "ASK ")):
-		// A redirection reaches the store only when go-redis ran out of
-		// redirections while a slot moved: the request did not run.
-		return fmt.Errorf("%w: %w", store.ErrTryAgain, err)
 	case reply:
 		return err
 	default:
