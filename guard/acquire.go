@@ -123,10 +123,13 @@ type acquisition struct {
 	deadline time.Time // end of the Wait budget, when lc sets one
 	attempts int
 	// tryAgains counts the attempts Redis asked to make again (TRYAGAIN),
-	// for their backoff.
-	tryAgains int
-	held      *heldError // Redis's last busy answer; nil while none came
-	waiter    *waiter    // set once the acquisition waits for a release
+	// for their backoff; tryAgainSince is when the first was sent, and
+	// tryAgainWarned whether the wait has been logged as an outage.
+	tryAgains      int
+	tryAgainSince  time.Time
+	tryAgainWarned bool
+	held           *heldError // Redis's last busy answer; nil while none came
+	waiter         *waiter    // set once the acquisition waits for a release
 	// registered is set while the lock's queue may hold the acquisition's
 	// registration (acquire.lua adds it when the key is busy); registeredAt
 	// is when the last attempt that refreshed it was sent, and minted the
@@ -164,10 +167,12 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, a.notAcquired(err)
-		case errors.Is(err, store.ErrTryAgain) && a.tryAgainLater(ctx):
+		case errors.Is(err, store.ErrTryAgain) && a.tryAgainLater(ctx, sent, err):
 			continue
 		case err != nil && ctx.Err() != nil: // while waiting to try again
 			return nil, fmt.Errorf("guard: acquire %q: %w; then %w", a.key, err, context.Cause(ctx))
+		case err != nil && a.l.isClosed(): // while waiting to try again
+			return nil, fmt.Errorf("%w: acquire %q: %w", ErrClosed, a.key, err)
 		case err != nil:
 			return nil, fmt.Errorf("guard: acquire %q: %w", a.key, err)
 		case rep.Acquired:
@@ -204,9 +209,23 @@ const (
 // scripts, which name keys that are usually absent (the queue, the release
 // marker), get TRYAGAIN for as long as the slot is migrating: a wait
 // rides it out instead of failing a job that would have waited anyway.
-func (a *acquisition) tryAgainLater(ctx context.Context) bool {
+//
+// A slot can stay migrating for good (a resharding aborted half way leaves
+// it so until redis-cli --cluster fix), and an acquisition without a Wait
+// budget would then retry in silence until its ctx ends: once the slot has
+// answered TRYAGAIN for a TTL, the acquisition logs it, once, as the
+// outage it is.
+func (a *acquisition) tryAgainLater(ctx context.Context, sent time.Time, err error) bool {
 	d := min(tryAgainBackoff<<min(a.tryAgains, 5), tryAgainMaxBackoff)
+	if a.tryAgains == 0 {
+		a.tryAgainSince = sent
+	}
 	a.tryAgains++
+	if since := a.l.clock.Now().Sub(a.tryAgainSince); !a.tryAgainWarned && since >= a.timing.ttl {
+		a.tryAgainWarned = true
+		a.l.log.Warn("guard: the lock's Cluster slot has been migrating for a TTL; the acquisition keeps trying",
+			"key", a.key, "for", since, "attempts", a.tryAgains, "err", err)
+	}
 	if a.lc.waitSet {
 		left := a.deadline.Sub(a.l.clock.Now())
 		if left <= 0 {
