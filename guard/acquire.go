@@ -123,10 +123,12 @@ type acquisition struct {
 	deadline time.Time // end of the Wait budget, when lc sets one
 	attempts int
 	// tryAgains counts the attempts Redis asked to make again (TRYAGAIN),
-	// for their backoff; tryAgainSince is when the first was sent, and
-	// tryAgainWarned whether the wait has been logged as an outage.
+	// for their backoff; tryAgainSince is when the first was sent,
+	// tryAgainErr the last such answer, and tryAgainWarned whether the
+	// wait has been logged as an outage.
 	tryAgains      int
 	tryAgainSince  time.Time
+	tryAgainErr    error
 	tryAgainWarned bool
 	held           *heldError // Redis's last busy answer; nil while none came
 	waiter         *waiter    // set once the acquisition waits for a release
@@ -164,15 +166,19 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 		before := a.l.notify.mark(a.keys.Channel)
 		sent := a.l.clock.Now()
 		rep, err := a.attempt(ctx)
+		if errors.Is(err, store.ErrTryAgain) {
+			if ctx.Err() == nil && a.tryAgainLater(ctx, sent, err) {
+				continue
+			}
+			return nil, a.stopTryingAgain(ctx, err)
+		}
 		switch {
+		case err != nil && ctx.Err() != nil && a.tryAgainErr != nil && a.held == nil:
+			// ctx ended while an attempt was on the wire: Redis's last
+			// answer is the reason.
+			return nil, fmt.Errorf("guard: acquire %q: %w; then %w", a.key, a.tryAgainErr, context.Cause(ctx))
 		case err != nil && ctx.Err() != nil:
 			return nil, a.notAcquired(err)
-		case errors.Is(err, store.ErrTryAgain) && a.tryAgainLater(ctx, sent, err):
-			continue
-		case err != nil && ctx.Err() != nil: // while waiting to try again
-			return nil, fmt.Errorf("guard: acquire %q: %w; then %w", a.key, err, context.Cause(ctx))
-		case err != nil && a.l.isClosed(): // while waiting to try again
-			return nil, fmt.Errorf("%w: acquire %q: %w", ErrClosed, a.key, err)
 		case err != nil:
 			return nil, fmt.Errorf("guard: acquire %q: %w", a.key, err)
 		case rep.Acquired:
@@ -193,6 +199,37 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 			return a.take(token, a.registeredAt)
 		}
 	}
+}
+
+// stopTryingAgain gives up an acquisition whose last attempt Redis asked
+// to make again (TRYAGAIN, or a redirection go-redis did not follow to its
+// end), because the Locker closed, ctx is done or the Wait budget is spent,
+// and returns why. go-redis may have run an earlier try of that attempt
+// before its connection broke, so the attempt is given up as one whose
+// reply was lost: its registration withdrawn, or a hold it may have taken
+// dropped. The error is ErrNotAcquired when an earlier attempt of this
+// acquisition found the key held, as a wait that ran out between two such
+// answers would be; else the outage it is.
+func (a *acquisition) stopTryingAgain(ctx context.Context, err error) error {
+	l, k, owner, timeout := a.l, a.keys, a.args.Owner, a.timing.timeout
+	if a.args.Waiter != "" {
+		a.registered = true
+	} else {
+		l.runner.start(func() { l.dropHold(k, owner, timeout) })
+	}
+	switch {
+	case l.isClosed():
+		return fmt.Errorf("%w: acquire %q: %w", ErrClosed, a.key, err)
+	case a.held != nil && ctx.Err() != nil:
+		return a.notAcquired(context.Cause(ctx))
+	case a.held != nil:
+		if spent := a.budgetSpent(); spent != nil {
+			return spent
+		}
+	case ctx.Err() != nil:
+		return fmt.Errorf("guard: acquire %q: %w; then %w", a.key, err, context.Cause(ctx))
+	}
+	return fmt.Errorf("guard: acquire %q: %w", a.key, err)
 }
 
 // Backoff between attempts that Redis asked to try again.
@@ -220,7 +257,7 @@ func (a *acquisition) tryAgainLater(ctx context.Context, sent time.Time, err err
 	if a.tryAgains == 0 {
 		a.tryAgainSince = sent
 	}
-	a.tryAgains++
+	a.tryAgains, a.tryAgainErr = a.tryAgains+1, err
 	if since := a.l.clock.Now().Sub(a.tryAgainSince); !a.tryAgainWarned && since >= a.timing.ttl {
 		a.tryAgainWarned = true
 		a.l.log.Warn("guard: the lock's Cluster slot has been migrating for a TTL; the acquisition keeps trying",

@@ -174,9 +174,10 @@ func (s *Store) RenewalGroup(ctx context.Context, key string) string {
 // request for its slots goes on dialing the dead address until the map is
 // ClusterStateReloadInterval old (60s by default since go-redis 9.22),
 // and the leases the promoted replica still has are lost at their stop
-// time. A slot being migrated (ErrTryAgain) reloads it too, so the next
-// try goes where the slot ends up. The reload is lazy and go-redis runs at
-// most one at a time.
+// time. A redirection go-redis did not follow to its end (MOVED, ASK)
+// reloads it too, so the next try goes where the slot is now; TRYAGAIN
+// does not, as the map does not change while a slot is migrating. The
+// reload is lazy and go-redis runs at most one at a time.
 //
 // Only a Cluster client's requests can meet a slot on the move: a plain
 // client pointed at a Cluster node gets MOVED for every key of another
@@ -184,7 +185,9 @@ func (s *Store) RenewalGroup(ctx context.Context, key string) string {
 // once, not a migration to wait out.
 func (s *Store) classify(err error) error {
 	if s.cluster != nil && slotMoving(err) {
-		s.cluster.ReloadState(context.Background())
+		if !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+			s.cluster.ReloadState(context.Background())
+		}
 		return fmt.Errorf("%w: %w", store.ErrTryAgain, err)
 	}
 	err = classify(err)

@@ -17,7 +17,9 @@ var (
 	// ErrTryAgain means the server asked for the request again later: a
 	// Cluster slot is being migrated and some of the request's keys may
 	// have moved (TRYAGAIN), or it has just moved and the client ran out of
-	// redirections (MOVED, ASK). Nothing ran.
+	// redirections (MOVED, ASK). This answer ran nothing, but it is the
+	// last of the client's tries, and an earlier one may have run before
+	// its connection broke.
 	ErrTryAgain = errors.New("guard: a Cluster slot is being migrated")
 )
 
