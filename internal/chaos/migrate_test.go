@@ -35,8 +35,9 @@ func runClusterReshard(t *testing.T, p profile, seed uint64) []*chaos.Result {
 	g := &group{name: "g", promises: map[string]string{
 		kindMigrate: "a migration moves the lock's keys (one slot, by their hash tag) with their TTLs: " +
 			"every hold survives, nobody is told anything, and waiters follow the slot",
-		kindMigrating: "while the slot migrates, holders keep their leases (renewals name one key) but acquisitions " +
-			"fail with TRYAGAIN, an outage rather than contention, and releases time out, leaving the hold to its TTL",
+		kindMigrating: "while the slot migrates, holders keep their leases (renewals name one key); acquisitions get " +
+			"TRYAGAIN and, within their Wait budget, try again until the slot has moved; a release that outlasts its " +
+			"request timeout leaves the hold to its TTL",
 	}}
 	r.groups = []*group{g}
 	r.startWorkers(g, p.workers)

@@ -3,7 +3,6 @@ package chaos_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"slices"
 	"testing"
@@ -45,14 +44,16 @@ func runOperator(t *testing.T, p profile, seed uint64) []*chaos.Result {
 			if err != nil {
 				t.Fatalf("force-release %q: %v", r.lockKey(g), err)
 			}
-			ended := "nothing (free)"
-			if len(st.Holders) > 0 {
-				ended = fmt.Sprintf("%s token %d", st.Holders[0].Identity, st.Holders[0].Token)
+			if len(st.Holders) == 0 {
+				t.Logf("%s: force-released nothing: %s had already released", r.name, w.id)
+				return "nothing (free)"
 			}
-			t.Logf("%s: force-released %s", r.name, ended)
-			// The holder is the target: a loss of another worker's
-			// under this fault is not excused by it.
-			return w.id
+			h := st.Holders[0]
+			t.Logf("%s: force-released %s token %d", r.name, h.Identity, h.Token)
+			// The worker whose hold it ended is the target, which
+			// may not be w if w released meanwhile: a loss of
+			// another worker's under this fault is not excused by it.
+			return h.Identity
 		}, nil)
 	}
 	return r.finish()
