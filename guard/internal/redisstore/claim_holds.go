@@ -14,8 +14,8 @@ import (
 // acquire.lua, and release_claim.lua claim_fenced.lua and set_counts.lua,
 // each wrapped as a function of the script that calls it, so the lock's
 // rules are written once. Their KEYS and ARGV are those scripts' own,
-// after the claim's: acquireCall and countsCall build them as Acquire and
-// SetCounts do.
+// after the claim's: acquireKeys, acquireArgs, countsKeys and countsArgs
+// build them as Acquire and SetCounts do.
 
 // claimScripts are the scripts of holds bound to a claim.
 type claimScripts struct {
@@ -45,12 +45,13 @@ func wrapLua(name, body string) string {
 }
 
 func (s *Store) AcquireClaim(ctx context.Context, k store.Keys, claim string, value []byte, ttl time.Duration, a store.AcquireArgs) (store.ClaimReply, error) {
-	acq := s.acquireCall(k, a)
-	call := scriptCall{
-		keys: append([]string{claim}, acq.keys...),
-		args: append([]any{value, ms(ttl)}, acq.args...),
-	}
-	reply, unacked, err := s.runOne(ctx, &s.scripts.claims.acquire, k.Lock, call, true)
+	v := newArgv()
+	v.key(claim)
+	acquireKeys(v, k)
+	v.lit(value)
+	v.ms(ttl)
+	s.acquireArgs(v, a)
+	reply, unacked, err := s.runOne(ctx, &s.scripts.claims.acquire, k.Lock, v.call(), true)
 	if err != nil {
 		return store.ClaimReply{}, s.classify(err)
 	}
@@ -81,12 +82,15 @@ func (s *Store) AcquireClaim(ctx context.Context, k store.Keys, claim string, va
 }
 
 func (s *Store) ReleaseClaim(ctx context.Context, k store.Keys, claim string, token int64, value []byte, ttl time.Duration, a store.CountArgs) (store.ReleaseClaimReply, error) {
-	counts := countsCall(k, a)
-	call := scriptCall{
-		keys: append([]string{k.Fence, claim}, counts.keys...),
-		args: append([]any{token, value, ms(ttl)}, counts.args...),
-	}
-	reply, _, err := s.runOne(ctx, &s.scripts.claims.release, k.Lock, call, false)
+	v := newArgv()
+	v.key(k.Fence)
+	v.key(claim)
+	countsKeys(v, k, a)
+	v.int(token)
+	v.lit(value)
+	v.ms(ttl)
+	countsArgs(v, a)
+	reply, _, err := s.runOne(ctx, &s.scripts.claims.release, k.Lock, v.call(), false)
 	if err != nil {
 		return store.ReleaseClaimReply{}, s.classify(err)
 	}
@@ -111,26 +115,36 @@ func (s *Store) ReleaseClaim(ctx context.Context, k store.Keys, claim string, to
 	return rep, nil
 }
 
-// acquireCall is acquire.lua's call for a, as Acquire sends it.
-func (s *Store) acquireCall(k store.Keys, a store.AcquireArgs) scriptCall {
-	mode := "r"
+// acquireKeys adds acquire.lua's KEYS for k to v, and acquireArgs its
+// ARGV for a, as Acquire sends them.
+func acquireKeys(v *argv, k store.Keys) {
+	v.key(k.Lock)
+	v.key(k.Fence)
+	v.key(k.Waiters)
+}
+
+func (s *Store) acquireArgs(v *argv, a store.AcquireArgs) {
+	v.str(a.Owner)
+	v.ms(a.TTL)
 	if a.Write {
-		mode = "w"
+		v.lit("w")
+	} else {
+		v.lit("r")
 	}
-	call := scriptCall{
-		keys: []string{k.Lock, k.Fence, k.Waiters},
-		args: []any{a.Owner, ms(a.TTL), mode, s.registration(a), a.Identity},
-	}
+	v.str(s.registration(a))
+	v.str(a.Identity)
 	// The trailing arguments at their defaults are left out (see acquire.lua).
 	switch {
 	case a.Permits > 1:
-		call.args = append(call.args, ms(a.MinHold), ms(a.FenceTTL), a.Permits)
+		v.ms(a.MinHold)
+		v.ms(a.FenceTTL)
+		v.int(int64(a.Permits))
 	case a.FenceTTL > 0:
-		call.args = append(call.args, ms(a.MinHold), ms(a.FenceTTL))
+		v.ms(a.MinHold)
+		v.ms(a.FenceTTL)
 	case a.MinHold > 0:
-		call.args = append(call.args, ms(a.MinHold))
+		v.ms(a.MinHold)
 	}
-	return call
 }
 
 // acquireReply reads acquire.lua's reply to an attempt with a, as Acquire
@@ -151,16 +165,22 @@ func acquireReply(vals []int64, a store.AcquireArgs) (store.AcquireReply, error)
 	return store.AcquireReply{Acquired: true, Token: vals[1]}, nil
 }
 
-// countsCall is set_counts.lua's call for a, as SetCounts sends it.
-func countsCall(k store.Keys, a store.CountArgs) scriptCall {
-	call := scriptCall{
-		keys: []string{k.Lock, k.Waiters, k.DoneMarker(a.Owner), k.Fence},
-		args: []any{a.Owner, ms(a.Marker)},
-	}
+// countsKeys adds set_counts.lua's KEYS for k and a to v, and countsArgs
+// its ARGV for a, as SetCounts sends them.
+func countsKeys(v *argv, k store.Keys, a store.CountArgs) {
+	v.key(k.Lock)
+	v.key(k.Waiters)
+	v.key(k.DoneMarker(a.Owner))
+	v.key(k.Fence)
+}
+
+func countsArgs(v *argv, a store.CountArgs) {
+	v.str(a.Owner)
+	v.ms(a.Marker)
 	if a.Writes != 0 || a.Reads != 0 { // a final release sends no counts (see set_counts.lua)
-		call.args = append(call.args, a.Writes, a.Reads)
+		v.int(int64(a.Writes))
+		v.int(int64(a.Reads))
 	}
-	return call
 }
 
 // integer reads an element of a script's array reply that is an integer,

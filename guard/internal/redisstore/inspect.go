@@ -30,8 +30,12 @@ func (s *Store) ForceRelease(ctx context.Context, k store.Keys) (store.LockState
 
 // runInspect is the one call of inspect.lua; mode is "read" or "release".
 func (s *Store) runInspect(ctx context.Context, k store.Keys, mode string) (store.LockState, error) {
-	call := scriptCall{keys: []string{k.Lock, k.Fence, k.Waiters}, args: []any{mode}}
-	reply, _, err := s.runOne(ctx, &s.scripts.inspect, k.Lock, call, false)
+	v := newArgv()
+	v.key(k.Lock)
+	v.key(k.Fence)
+	v.key(k.Waiters)
+	v.str(mode)
+	reply, _, err := s.runOne(ctx, &s.scripts.inspect, k.Lock, v.call(), false)
 	if err != nil {
 		return store.LockState{}, classify(err)
 	}

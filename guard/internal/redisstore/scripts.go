@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/jobguard/jobguard/guard/internal/store"
 
@@ -48,6 +49,10 @@ var (
 type script struct {
 	lua *redis.Script
 	fn  string // the function's name in the library
+	// fnArg, shaArg and srcArg are the function's name, lua's hash and
+	// its source, boxed once for FCALL, EVALSHA and EVAL: hooks that read
+	// a command's script (by name, say) see a string.
+	fnArg, shaArg, srcArg any
 }
 
 // publishLine is the line of prelude.lua that newScripts rewrites for
@@ -99,7 +104,9 @@ func newScripts(sharded bool) *scripts {
 	for i, b := range bodies {
 		fn := name + "_" + b.name
 		fmt.Fprintf(&lib, "redis.register_function('%s', function(KEYS, ARGV)\n%s\nend)\n", fn, b.lua)
-		made[i] = script{lua: redis.NewScript(evalPrelude + b.lua), fn: fn}
+		src := evalPrelude + b.lua
+		lua := redis.NewScript(src)
+		made[i] = script{lua: lua, fn: fn, fnArg: fn, shaArg: lua.Hash(), srcArg: src}
 	}
 	return &scripts{acquire: made[0], renew: made[1], setCounts: made[2], claimFenced: made[3], inspect: made[4], charge: made[5], writeFence: made[6], unclaim: made[7], claims: claimScriptsOf(made[8:]), library: lib.String()}
 }
@@ -115,9 +122,10 @@ func (s *Store) runFunction(ctx context.Context, sc *script, route string, calls
 	for attempt := 0; attempt < 2; attempt++ {
 		var waited *redis.Cmd
 		if len(calls) == 1 && !wait {
-			calls[0].reply = s.client.FCall(ctx, sc.fn, calls[0].keys, calls[0].args...)
+			calls[0].reply = calls[0].cmd(ctx, "fcall", sc.fnArg)
+			_ = s.client.Process(ctx, calls[0].reply)
 		} else {
-			waited = s.pipeline(ctx, sc.fn, nil, calls, wait, false)
+			waited = s.pipeline(ctx, calls, wait, "fcall", sc.fnArg)
 		}
 		switch {
 		case anyErr(calls, isUnknownCommand), anyErr(calls, isNoPermission):
@@ -158,14 +166,95 @@ func (s *Store) loadLibrary(ctx context.Context, route string) error {
 	return err
 }
 
-// scriptCall is one call of a script: its KEYS and ARGV, and once sent,
+// scriptCall is one call of a script: its command line, and once sent,
 // its reply. The reply is kept in the call rather than returned in a slice
 // of replies, so a caller that sends one call from a scriptCall on its
 // stack allocates nothing for it.
 type scriptCall struct {
-	keys  []string
-	args  []any
+	argv  *argv
 	reply *redis.Cmd
+}
+
+// argv is the command line of one script call, built in one allocation:
+// the command and the script, the number of KEYS, the KEYS and the ARGV.
+// go-redis writes a *string or an *int64 as the value it points to, so a
+// string or an integer copied into the argv and put on the line as a
+// pointer to its copy costs nothing more, where boxing it (as FCall and
+// EvalSha do every key and argument) would cost an allocation of its own.
+// Its arrays have room for every call of acquire.lua and set_counts.lua
+// (the hot ones) in 384 bytes, an allocation class of its own; past that
+// room it boxes or grows, which costs allocations but is just as right.
+type argv struct {
+	line []any // [command, script, len(KEYS), KEYS..., ARGV...]
+	buf  [14]any
+	strs [6]string
+	ints [3]int64
+	ns   uint8
+	ni   uint8
+	keys uint8
+}
+
+// newArgv returns an empty command line; its KEYS come first (key), then
+// its ARGV (str, int, ms, lit).
+func newArgv() *argv {
+	v := &argv{}
+	v.line = v.buf[:3]
+	return v
+}
+
+// key adds a key; every key comes before the first argument.
+func (v *argv) key(k string) {
+	v.str(k)
+	v.keys++
+}
+
+func (v *argv) str(s string) {
+	if s == "" || int(v.ns) == len(v.strs) {
+		v.line = append(v.line, s) // an empty string boxes for free
+		return
+	}
+	v.strs[v.ns] = s
+	v.line = append(v.line, &v.strs[v.ns])
+	v.ns++
+}
+
+func (v *argv) int(n int64) {
+	// Boxing an integer below 256 allocates nothing (the runtime keeps
+	// those boxed), so it takes no room.
+	if n < 0 || n >= 256 {
+		if int(v.ni) < len(v.ints) {
+			v.ints[v.ni] = n
+			v.line = append(v.line, &v.ints[v.ni])
+			v.ni++
+			return
+		}
+	}
+	v.line = append(v.line, n)
+}
+
+// ms adds d in whole milliseconds (see ms).
+func (v *argv) ms(d time.Duration) { v.int(ms(d)) }
+
+// lit adds a value as it is: a constant string, a []byte.
+func (v *argv) lit(a any) { v.line = append(v.line, a) }
+
+// call returns the call of the command line built so far.
+func (v *argv) call() scriptCall { return scriptCall{argv: v} }
+
+// cmd returns the call as command ("fcall", "evalsha", "eval": a constant,
+// which boxes for free) of script (a script's fnArg, shaArg or srcArg),
+// unsent. The line is the call's own:
+// each command made of it is sent and answered before the next is made.
+func (c *scriptCall) cmd(ctx context.Context, command, script any) *redis.Cmd {
+	line := c.argv.line
+	line[0], line[1], line[2] = command, script, int(c.argv.keys)
+	cmd := redis.NewCmd(ctx, line...)
+	if c.argv.keys > 0 {
+		// Where FCall and EvalSha would: a Cluster client routes the
+		// command by its first key.
+		cmd.SetFirstKeyPos(3)
+	}
+	return cmd
 }
 
 // runOne sends call alone (see runScript) and returns its reply.
@@ -187,7 +276,7 @@ func (s *Store) runScript(ctx context.Context, sc *script, route string, calls [
 			return unacked, nil
 		}
 	}
-	return s.runEval(ctx, sc.lua, route, calls, ack)
+	return s.runEval(ctx, sc, route, calls, ack)
 }
 
 // runEval sends calls by hash (EVALSHA). A server whose script cache lacks
@@ -196,24 +285,26 @@ func (s *Store) runScript(ctx context.Context, sc *script, route string, calls [
 // redirection as EVALSHA does; a pipeline first has sc loaded on the node
 // that serves route and is sent again, then as EVAL if that node was not the
 // one that answered.
-func (s *Store) runEval(ctx context.Context, sc *redis.Script, route string, calls []scriptCall, ack bool) (unacked, err error) {
+func (s *Store) runEval(ctx context.Context, sc *script, route string, calls []scriptCall, ack bool) (unacked, err error) {
 	wait := ack && s.replicas > 0
 	if len(calls) == 1 && !wait {
 		// One command needs no pipeline, and costs less without one.
 		c := &calls[0]
-		c.reply = sc.EvalSha(ctx, s.client, c.keys, c.args...)
+		c.reply = c.cmd(ctx, "evalsha", sc.shaArg)
+		_ = s.client.Process(ctx, c.reply)
 		if err := c.reply.Err(); err != nil && isNoScript(err) {
-			c.reply = sc.Eval(ctx, s.client, c.keys, c.args...)
+			c.reply = c.cmd(ctx, "eval", sc.srcArg)
+			_ = s.client.Process(ctx, c.reply)
 		}
 		return nil, nil
 	}
-	waited := s.pipeline(ctx, "", sc, calls, wait, false)
+	waited := s.pipeline(ctx, calls, wait, "evalsha", sc.shaArg)
 	if anyErr(calls, isNoScript) {
-		if err := sc.Load(ctx, s.scripter(ctx, route)).Err(); err != nil {
+		if err := sc.lua.Load(ctx, s.scripter(ctx, route)).Err(); err != nil {
 			return nil, err
 		}
-		if waited = s.pipeline(ctx, "", sc, calls, wait, false); anyErr(calls, isNoScript) {
-			waited = s.pipeline(ctx, "", sc, calls, wait, true)
+		if waited = s.pipeline(ctx, calls, wait, "evalsha", sc.shaArg); anyErr(calls, isNoScript) {
+			waited = s.pipeline(ctx, calls, wait, "eval", sc.srcArg)
 		}
 	}
 	if waited != nil {
@@ -222,21 +313,14 @@ func (s *Store) runEval(ctx context.Context, sc *redis.Script, route string, cal
 	return unacked, nil
 }
 
-// pipeline sends calls as FCALL of fn when fn is set, else of sc by hash
-// or, with source, as EVAL, setting each call's reply; and WAIT after them
-// when wait is set.
-func (s *Store) pipeline(ctx context.Context, fn string, sc *redis.Script, calls []scriptCall, wait, source bool) (waited *redis.Cmd) {
+// pipeline sends calls as command of script (see scriptCall.cmd), setting
+// each call's reply; and WAIT after them when wait is set.
+func (s *Store) pipeline(ctx context.Context, calls []scriptCall, wait bool, command, script any) (waited *redis.Cmd) {
 	pipe := s.client.Pipeline()
 	for i := range calls {
 		c := &calls[i]
-		switch {
-		case fn != "":
-			c.reply = pipe.FCall(ctx, fn, c.keys, c.args...)
-		case source:
-			c.reply = sc.Eval(ctx, pipe, c.keys, c.args...)
-		default:
-			c.reply = sc.EvalSha(ctx, pipe, c.keys, c.args...)
-		}
+		c.reply = c.cmd(ctx, command, script)
+		_ = pipe.Process(ctx, c.reply)
 	}
 	if wait {
 		waited = pipe.Do(ctx, "WAIT", s.replicas, ms(s.replicaTimeout))

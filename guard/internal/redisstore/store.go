@@ -75,56 +75,32 @@ func New(client redis.UniversalClient, o Options) *Store {
 func (s *Store) Caps() store.Caps { return store.Caps{Permits: true} }
 
 func (s *Store) Acquire(ctx context.Context, k store.Keys, a store.AcquireArgs) (store.AcquireReply, error) {
-	mode := "r"
-	if a.Write {
-		mode = "w"
-	}
-	call := scriptCall{
-		keys: []string{k.Lock, k.Fence, k.Waiters},
-		args: []any{a.Owner, ms(a.TTL), mode, s.registration(a), a.Identity},
-	}
-	// The trailing arguments at their defaults are left out (see acquire.lua).
-	switch {
-	case a.Permits > 1:
-		call.args = append(call.args, ms(a.MinHold), ms(a.FenceTTL), a.Permits)
-	case a.FenceTTL > 0:
-		call.args = append(call.args, ms(a.MinHold), ms(a.FenceTTL))
-	case a.MinHold > 0:
-		call.args = append(call.args, ms(a.MinHold))
-	}
-	reply, unacked, err := s.runOne(ctx, &s.scripts.acquire, k.Lock, call, true)
+	v := newArgv()
+	acquireKeys(v, k)
+	s.acquireArgs(v, a)
+	reply, unacked, err := s.runOne(ctx, &s.scripts.acquire, k.Lock, v.call(), true)
 	if err != nil {
 		return store.AcquireReply{}, s.classify(err)
 	}
 	vals, err := reply.Int64Slice()
-	switch {
-	case err != nil:
+	if err != nil {
 		return store.AcquireReply{}, s.classify(err)
-	case len(vals) < 2:
-		return store.AcquireReply{}, fmt.Errorf("guard: unexpected acquire reply %v", vals)
-	case vals[0] == -1:
-		return store.AcquireReply{}, fmt.Errorf("%w: its holders hold %d, this acquisition asks for %d", store.ErrPermitsDiffer, vals[1], a.Permits)
-	case vals[0] != 1:
-		rep := store.AcquireReply{HeldFor: time.Duration(vals[1]) * time.Millisecond}
-		if len(vals) > 2 {
-			rep.Minted = vals[2]
-		}
-		return rep, nil
 	}
-	// Unacknowledged, the hold is acquired and an error: the Locker drops it,
-	// since nobody may rely on a hold a failover could forget.
-	return store.AcquireReply{Acquired: true, Token: vals[1]}, unacked
+	rep, err := acquireReply(vals, a)
+	if err == nil && rep.Acquired {
+		// Unacknowledged, the hold is acquired and an error: the Locker
+		// drops it, since nobody may rely on a hold a failover could
+		// forget.
+		err = unacked
+	}
+	return rep, err
 }
 
 func (s *Store) SetCounts(ctx context.Context, k store.Keys, a store.CountArgs) (store.Outcome, error) {
-	call := scriptCall{
-		keys: []string{k.Lock, k.Waiters, k.DoneMarker(a.Owner), k.Fence},
-		args: []any{a.Owner, ms(a.Marker)},
-	}
-	if a.Writes != 0 || a.Reads != 0 { // a final release sends no counts (see set_counts.lua)
-		call.args = append(call.args, a.Writes, a.Reads)
-	}
-	reply, _, err := s.runOne(ctx, &s.scripts.setCounts, k.Lock, call, false)
+	v := newArgv()
+	countsKeys(v, k, a)
+	countsArgs(v, a)
+	reply, _, err := s.runOne(ctx, &s.scripts.setCounts, k.Lock, v.call(), false)
 	if err != nil {
 		return 0, s.classify(err)
 	}
@@ -135,7 +111,11 @@ func (s *Store) SetCounts(ctx context.Context, k store.Keys, a store.CountArgs) 
 func (s *Store) Renew(ctx context.Context, batch []store.RenewArgs) ([]store.RenewReply, error) {
 	calls := make([]scriptCall, len(batch))
 	for i, r := range batch {
-		calls[i] = scriptCall{keys: []string{r.Lock}, args: []any{r.Owner, ms(r.TTL)}}
+		v := newArgv()
+		v.key(r.Lock)
+		v.str(r.Owner)
+		v.ms(r.TTL)
+		calls[i] = v.call()
 	}
 	unacked, err := s.runScript(ctx, &s.scripts.renew, batch[0].Lock, calls, true)
 	if err != nil {
@@ -343,8 +323,13 @@ func ms(d time.Duration) int64 {
 }
 
 func (s *Store) ClaimFenced(ctx context.Context, fence, key string, token int64, value []byte, ttl time.Duration) (int64, error) {
-	call := scriptCall{keys: []string{fence, key}, args: []any{token, value, ms(ttl)}}
-	reply, _, err := s.runOne(ctx, &s.scripts.claimFenced, key, call, false)
+	v := newArgv()
+	v.key(fence)
+	v.key(key)
+	v.int(token)
+	v.lit(value)
+	v.ms(ttl)
+	reply, _, err := s.runOne(ctx, &s.scripts.claimFenced, key, v.call(), false)
 	if err != nil {
 		return 0, s.classify(err)
 	}
@@ -353,8 +338,12 @@ func (s *Store) ClaimFenced(ctx context.Context, fence, key string, token int64,
 }
 
 func (s *Store) Charge(ctx context.Context, key string, amount, limit int64, window time.Duration) (bool, time.Duration, error) {
-	call := scriptCall{keys: []string{key}, args: []any{amount, limit, ms(window)}}
-	reply, _, err := s.runOne(ctx, &s.scripts.charge, key, call, false)
+	v := newArgv()
+	v.key(key)
+	v.int(amount)
+	v.int(limit)
+	v.ms(window)
+	reply, _, err := s.runOne(ctx, &s.scripts.charge, key, v.call(), false)
 	if err != nil {
 		return false, 0, s.classify(err)
 	}
@@ -421,18 +410,25 @@ func (s *Store) EvictionPolicies(ctx context.Context) ([]store.ServerPolicy, err
 // (write_fence.lua); minted is the token this server returned to the same
 // attempt, 0 if none. The quorum calls it on its masters.
 func (s *Store) WriteFence(ctx context.Context, k store.Keys, token, minted int64, a store.AcquireArgs) error {
-	call := scriptCall{
-		keys: []string{k.Fence, k.Lock},
-		args: []any{strconv.FormatInt(token, 10), ms(a.FenceTTL), ms(a.TTL), strconv.FormatInt(minted, 10), a.Owner},
-	}
-	_, _, err := s.runOne(ctx, &s.scripts.writeFence, k.Lock, call, false)
+	v := newArgv()
+	v.key(k.Fence)
+	v.key(k.Lock)
+	v.str(strconv.FormatInt(token, 10))
+	v.ms(a.FenceTTL)
+	v.ms(a.TTL)
+	v.str(strconv.FormatInt(minted, 10))
+	v.str(a.Owner)
+	_, _, err := s.runOne(ctx, &s.scripts.writeFence, k.Lock, v.call(), false)
 	return s.classify(err)
 }
 
 // Unclaim deletes the claim under key if it holds value (unclaim.lua),
 // and reports whether it did. The quorum calls it on its masters.
 func (s *Store) Unclaim(ctx context.Context, key string, value []byte) (bool, error) {
-	reply, _, err := s.runOne(ctx, &s.scripts.unclaim, key, scriptCall{keys: []string{key}, args: []any{value}}, false)
+	v := newArgv()
+	v.key(key)
+	v.lit(value)
+	reply, _, err := s.runOne(ctx, &s.scripts.unclaim, key, v.call(), false)
 	if err != nil {
 		return false, s.classify(err)
 	}
