@@ -66,13 +66,19 @@ func (h *hold) syncLocked(ctx context.Context) *countSync {
 		return s
 	}
 	h.syncing = true
-	if !h.l.runner.start(h.syncCounts) {
+	if !h.l.runner.startJob((*countSender)(h)) {
 		h.syncing, h.next = false, nil
 		s.err = ErrClosed
 		close(s.done)
 	}
 	return s
 }
+
+// countSender is a hold as the runner's job that sends its count updates:
+// a method value (h.syncCounts) would cost an allocation per update.
+type countSender hold
+
+func (s *countSender) run() { (*hold)(s).syncCounts() }
 
 // syncCounts sends count updates until none is pending.
 func (h *hold) syncCounts() {

@@ -18,7 +18,7 @@ import (
 // behind a stuck one.
 type runner struct {
 	mu      sync.Mutex
-	work    chan func() // unbuffered: a send succeeds only to an idle worker
+	work    chan job // unbuffered: a send succeeds only to an idle worker
 	started int
 	stopped bool
 	wg      sync.WaitGroup
@@ -28,19 +28,32 @@ type runner struct {
 // on goroutines of their own.
 const runnerWorkers = 2
 
+// job is work for the runner. A type with a run method is one, so a
+// request's record can be handed over as it is, where a closure over it
+// would cost an allocation of its own.
+type job interface{ run() }
+
+// jobFunc makes a function a job.
+type jobFunc func()
+
+func (f jobFunc) run() { f() }
+
 // start runs f on a goroutine of the runner and reports whether it did;
 // after stop it runs nothing and returns false.
-func (r *runner) start(f func()) bool {
+func (r *runner) start(f func()) bool { return r.startJob(jobFunc(f)) }
+
+// startJob runs j on a goroutine of the runner, as start does.
+func (r *runner) startJob(j job) bool {
 	r.mu.Lock()
 	if r.stopped {
 		r.mu.Unlock()
 		return false
 	}
 	if r.work == nil {
-		r.work = make(chan func())
+		r.work = make(chan job)
 	}
 	select {
-	case r.work <- f:
+	case r.work <- j:
 		r.mu.Unlock()
 		return true
 	default:
@@ -54,10 +67,10 @@ func (r *runner) start(f func()) bool {
 	r.mu.Unlock()
 	go func() {
 		defer r.wg.Done()
-		f()
+		j.run()
 		if worker {
-			for f := range work {
-				f()
+			for j := range work {
+				j.run()
 			}
 		}
 	}()
@@ -97,32 +110,13 @@ func await[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, e
 		var zero T
 		return zero, context.Cause(ctx)
 	}
-	// The result, its claim and its signal in one allocation: done is
-	// closed once v and err are set (a channel of results would cost two
-	// allocations, and claimed one of its own).
-	type call struct {
-		v       T
-		err     error
-		claimed atomic.Bool // whoever sets it first owns the result
-		done    chan struct{}
-	}
-	c := &call{done: make(chan struct{})}
 	// The request outlives a caller that gives up, but not by much: its own
 	// deadline stops go-redis's retries and pool waits (and, with the
 	// client's ContextTimeoutEnabled, its reads).
-	fnCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(l.cfg.requestTimeout, time.Second))
-	started := l.runner.start(func() {
-		defer cancel()
-		v, err := fn(fnCtx)
-		if c.claimed.CompareAndSwap(false, true) {
-			c.v, c.err = v, err
-			close(c.done)
-		} else if abandoned != nil {
-			abandoned(v, err)
-		}
-	})
-	if !started {
-		cancel()
+	c := &call[T]{fn: fn, abandoned: abandoned, done: make(chan struct{})}
+	c.ctx, c.cancel = context.WithTimeout(context.WithoutCancel(ctx), max(l.cfg.requestTimeout, time.Second))
+	if !l.runner.startJob(c) {
+		c.cancel()
 		var zero T
 		return zero, ErrClosed
 	}
@@ -136,6 +130,32 @@ func await[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, e
 		<-c.done // the request claimed its result first: take it
 	}
 	return c.v, c.err
+}
+
+// call is one request that await hands to the runner: what it runs, its
+// context, and its result with its claim and its signal, in one
+// allocation (a channel of results would cost two, and claimed one of its
+// own); it is the runner's job itself, so handing it over costs none.
+type call[T any] struct {
+	fn        func(context.Context) (T, error)
+	abandoned func(T, error)
+	ctx       context.Context
+	cancel    context.CancelFunc
+	v         T
+	err       error
+	claimed   atomic.Bool   // whoever sets it first owns the result
+	done      chan struct{} // closed once v and err are set
+}
+
+func (c *call[T]) run() {
+	defer c.cancel()
+	v, err := c.fn(c.ctx)
+	if c.claimed.CompareAndSwap(false, true) {
+		c.v, c.err = v, err
+		close(c.done)
+	} else if c.abandoned != nil {
+		c.abandoned(v, err)
+	}
 }
 
 // request runs one store operation for the Locker through await and reports
