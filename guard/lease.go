@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 )
 
@@ -12,9 +13,14 @@ type Lease struct {
 	h         *hold
 	write     bool
 	reentrant bool
-	ctx       context.Context
-	cancel    context.CancelCauseFunc
 	released  atomic.Bool // set by the first Release
+
+	// The context is made when it is first asked for (Context): a lease
+	// whose caller never does costs none. mu guards it.
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	ended  bool // the lease was released: a context made now is done
 }
 
 // Key returns the lock key the lease was acquired on.
@@ -34,7 +40,30 @@ func (le *Lease) Token() int64 { return le.h.token }
 // up on it; see Locker.Close). It carries the hold: WithLock, Acquire and TokenFrom called
 // with it (or a context derived from it) re-enter or answer. It also carries
 // the values of the context passed to Acquire, but not its cancellation.
-func (le *Lease) Context() context.Context { return le.ctx }
+func (le *Lease) Context() context.Context {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	if le.ctx == nil {
+		// A child of the hold's context: done at once if the hold has
+		// ended, and with its cause.
+		le.ctx, le.cancel = context.WithCancelCause(le.h.ctx)
+		if le.ended {
+			le.cancel(ErrReleased)
+		}
+	}
+	return le.ctx
+}
+
+// end marks the lease released for its context, made or to be made.
+func (le *Lease) end() {
+	le.mu.Lock()
+	le.ended = true
+	cancel := le.cancel
+	le.mu.Unlock()
+	if cancel != nil {
+		cancel(ErrReleased)
+	}
+}
 
 // Release ends the lease. The key is freed when the outermost lease of the
 // hold is released (after MinHold, if set). Release stops the heartbeat
@@ -69,11 +98,10 @@ func (le *Lease) Release(ctx context.Context) error {
 		ctx = context.WithoutCancel(ctx)
 	}
 	err := le.h.l.release(ctx, le)
-	le.cancel(ErrReleased)
+	le.end()
 	return err
 }
 
 func newLease(h *hold, write, reentrant bool) *Lease {
-	ctx, cancel := context.WithCancelCause(h.ctx)
-	return &Lease{h: h, write: write, reentrant: reentrant, ctx: ctx, cancel: cancel}
+	return &Lease{h: h, write: write, reentrant: reentrant}
 }

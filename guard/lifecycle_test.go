@@ -312,3 +312,27 @@ func TestCloseReleasesManyLeases(t *testing.T) {
 		t.Fatalf("%d lock keys left after Close, want 0", len(keys))
 	}
 }
+
+// A lease's context is made when first asked for; whenever that is, it
+// ends with the lease: one asked for after the release is done at once,
+// with ErrReleased, while a re-entry of the same hold goes on.
+func TestLeaseContextWhenAskedFor(t *testing.T) {
+	_, ls := newLockers(t, 1)
+	l := ls[0]
+	outer := mustAcquire(t, t.Context(), l, "asked")
+	early := outer.Context() // asked for before the release
+	inner := mustAcquire(t, early, l, "asked")
+	mustRelease(t, outer)
+	for name, ctx := range map[string]context.Context{"asked before": early, "asked after": outer.Context()} {
+		if !errors.Is(context.Cause(ctx), guard.ErrReleased) {
+			t.Errorf("%s the release: cause %v, want ErrReleased", name, context.Cause(ctx))
+		}
+	}
+	if err := inner.Context().Err(); err != nil {
+		t.Fatalf("the re-entry's context ended with the outer lease: %v", err)
+	}
+	mustRelease(t, inner)
+	if !errors.Is(context.Cause(inner.Context()), guard.ErrReleased) {
+		t.Fatalf("re-entry after its release: cause %v, want ErrReleased", context.Cause(inner.Context()))
+	}
+}

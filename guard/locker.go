@@ -173,7 +173,10 @@ func (l *Locker) withLock(ctx context.Context, key string, write bool, fn func(c
 // runLocked runs fn under le and releases le when fn returns or panics.
 func (l *Locker) runLocked(ctx context.Context, le *Lease, fn func(context.Context) error, info *observe.Info) (err error) {
 	jobCtx, cancel := context.WithCancelCause(withHold(ctx, le.h))
-	stop := context.AfterFunc(le.ctx, func() { cancel(context.Cause(le.ctx)) })
+	// The hold's context, not the lease's: nothing releases le while fn
+	// runs, so the two end together, and the lease's need not be made.
+	hctx := le.h.ctx
+	stop := context.AfterFunc(hctx, func() { cancel(context.Cause(hctx)) })
 	defer func() {
 		stop()
 		cancel(context.Canceled)

@@ -197,7 +197,9 @@ func (l *Locker) otherClaim(ctx context.Context, key string, bind []byte) ([]byt
 // endClaim); a panic in fn releases le, stores nothing, and continues.
 func (l *Locker) runClaim(ctx context.Context, le *Lease, fn func(context.Context) ([]byte, time.Duration, error), info *observe.Info) (claim []byte, err error) {
 	jobCtx, cancel := context.WithCancelCause(withHold(ctx, le.h))
-	stop := context.AfterFunc(le.ctx, func() { cancel(context.Cause(le.ctx)) })
+	// The hold's context, as runLocked's.
+	hctx := le.h.ctx
+	stop := context.AfterFunc(hctx, func() { cancel(context.Cause(hctx)) })
 	var result []byte
 	var keep time.Duration
 	returned := false
@@ -277,7 +279,7 @@ func (h *hold) takeFinal(le *Lease) bool {
 func (l *Locker) releaseClaimFinal(ctx context.Context, cs store.ClaimHolds, le *Lease, value []byte, keep time.Duration) (stored bool, storeErr, relErr error) {
 	h := le.h
 	le.released.Store(true)
-	defer le.cancel(ErrReleased)
+	defer le.end()
 	if ctx.Err() != nil {
 		ctx = context.WithoutCancel(ctx)
 	}
