@@ -28,6 +28,7 @@ type hold struct {
 	ctx    context.Context // done when the hold ends; carries the hold
 	cancel context.CancelCauseFunc
 	obsCtx context.Context // the observer's context for heartbeat events
+	values holdValues      // ctx's parent
 	start  time.Time
 
 	// permits is the key's number of permits the hold took one of (1: the
@@ -64,7 +65,8 @@ func (l *Locker) newHold(a *acquisition, token int64, sent time.Time) (*Lease, e
 		leaseEnd: a.timing.safeEnd(sent), nextRenew: sent.Add(a.timing.interval),
 	}
 	h.obsCtx = context.WithoutCancel(a.parent)
-	h.ctx, h.cancel = context.WithCancelCause(withHold(h.obsCtx, h))
+	h.values = holdValues{Context: h.obsCtx, node: holdNode{h: h, next: holdsIn(h.obsCtx)}}
+	h.ctx, h.cancel = context.WithCancelCause(&h.values)
 	h.writes, h.reads = counts(0, 0, a.args.Write, +1)
 	l.mu.Lock()
 	if l.isClosed() {
@@ -225,13 +227,34 @@ type holdNode struct {
 type holdCtxKey struct{}
 
 func withHold(ctx context.Context, h *hold) context.Context {
-	next, _ := ctx.Value(holdCtxKey{}).(*holdNode)
-	return context.WithValue(ctx, holdCtxKey{}, &holdNode{h: h, next: next})
+	return context.WithValue(ctx, holdCtxKey{}, &holdNode{h: h, next: holdsIn(ctx)})
+}
+
+// holdsIn returns the newest of the holds ctx carries.
+func holdsIn(ctx context.Context) *holdNode {
+	n, _ := ctx.Value(holdCtxKey{}).(*holdNode)
+	return n
+}
+
+// holdValues is what a hold's context is made of: the values of the
+// context it was acquired with, not its cancellation, and the hold. It is
+// a field of the hold, so carrying the hold costs no allocation beyond the
+// hold's own, where WithValue and a node would cost two.
+type holdValues struct {
+	context.Context // the acquiring context, without its cancellation
+	node            holdNode
+}
+
+func (v *holdValues) Value(key any) any {
+	if key == (holdCtxKey{}) {
+		return &v.node
+	}
+	return v.Context.Value(key)
 }
 
 // holdIn returns the newest hold ctx carries on key for l (any Locker when l is nil).
 func holdIn(ctx context.Context, l *Locker, key string) *hold {
-	for n, _ := ctx.Value(holdCtxKey{}).(*holdNode); n != nil; n = n.next {
+	for n := holdsIn(ctx); n != nil; n = n.next {
 		if n.h.key == key && (l == nil || n.h.l == l) {
 			return n.h
 		}
