@@ -66,15 +66,7 @@ func (s *Store) AcquireClaim(ctx context.Context, k store.Keys, claim string, va
 		}
 		return store.ClaimReply{Claimed: true, Value: []byte(v)}, nil
 	}
-	ints := make([]int64, len(vals))
-	for i, v := range vals {
-		n, ok := integer(v)
-		if !ok {
-			return store.ClaimReply{}, fmt.Errorf("guard: unexpected acquire_claim reply %v", vals)
-		}
-		ints[i] = n
-	}
-	rep, err := acquireReply(ints, a)
+	rep, err := acquireReply(vals, a)
 	if err == nil && rep.Acquired {
 		err = unacked // see Acquire
 	}
@@ -148,21 +140,30 @@ func (s *Store) acquireArgs(v *argv, a store.AcquireArgs) {
 }
 
 // acquireReply reads acquire.lua's reply to an attempt with a, as Acquire
-// does.
-func acquireReply(vals []int64, a store.AcquireArgs) (store.AcquireReply, error) {
+// does: integers, or their digits (see integer). It reads them in place,
+// where Int64Slice would copy them into a slice of its own.
+func acquireReply(vals []any, a store.AcquireArgs) (store.AcquireReply, error) {
+	var n [3]int64
+	for i := range min(len(vals), len(n)) {
+		v, ok := integer(vals[i])
+		if !ok {
+			return store.AcquireReply{}, fmt.Errorf("guard: unexpected acquire reply %v", vals)
+		}
+		n[i] = v
+	}
 	switch {
 	case len(vals) < 2:
 		return store.AcquireReply{}, fmt.Errorf("guard: unexpected acquire reply %v", vals)
-	case vals[0] == -1:
-		return store.AcquireReply{}, fmt.Errorf("%w: its holders hold %d, this acquisition asks for %d", store.ErrPermitsDiffer, vals[1], a.Permits)
-	case vals[0] != 1:
-		rep := store.AcquireReply{HeldFor: time.Duration(vals[1]) * time.Millisecond}
+	case n[0] == -1:
+		return store.AcquireReply{}, fmt.Errorf("%w: its holders hold %d, this acquisition asks for %d", store.ErrPermitsDiffer, n[1], a.Permits)
+	case n[0] != 1:
+		rep := store.AcquireReply{HeldFor: time.Duration(n[1]) * time.Millisecond}
 		if len(vals) > 2 {
-			rep.Minted = vals[2]
+			rep.Minted = n[2]
 		}
 		return rep, nil
 	}
-	return store.AcquireReply{Acquired: true, Token: vals[1]}, nil
+	return store.AcquireReply{Acquired: true, Token: n[1]}, nil
 }
 
 // countsKeys adds set_counts.lua's KEYS for k and a to v, and countsArgs

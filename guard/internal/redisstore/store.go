@@ -82,7 +82,7 @@ func (s *Store) Acquire(ctx context.Context, k store.Keys, a store.AcquireArgs) 
 	if err != nil {
 		return store.AcquireReply{}, s.classify(err)
 	}
-	vals, err := reply.Int64Slice()
+	vals, err := reply.Slice()
 	if err != nil {
 		return store.AcquireReply{}, s.classify(err)
 	}
