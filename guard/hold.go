@@ -31,6 +31,11 @@ type hold struct {
 	values holdValues      // ctx's parent
 	start  time.Time
 
+	// first is the lease of the acquisition that took the hold: a field
+	// of the hold, since every hold has one, rather than an allocation of
+	// its own.
+	first Lease
+
 	// permits is the key's number of permits the hold took one of (1: the
 	// key itself); a re-entry must ask for the same.
 	permits int
@@ -87,7 +92,8 @@ func (l *Locker) newHold(a *acquisition, token int64, sent time.Time) (*Lease, e
 		l.log.Debug("guard: acquired", "key", h.key, "token", token, "write", a.args.Write)
 	}
 	l.obs.Event(h.obsCtx, observe.Held, observe.Info{Key: h.key, Name: h.name, Write: a.args.Write, TTL: h.timing.ttl, Token: token, Delta: +1})
-	return newLease(h, a.args.Write, false), nil
+	h.first.h, h.first.write = h, a.args.Write
+	return &h.first, nil
 }
 
 // counts returns hold counts after adding delta leases of one mode.
