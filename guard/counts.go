@@ -60,7 +60,15 @@ func (h *hold) syncLocked(ctx context.Context) *countSync {
 	if h.next != nil {
 		return h.next
 	}
-	s := &countSync{obsCtx: ctx, done: make(chan struct{})}
+	var s *countSync
+	if h.synced {
+		s = new(countSync)
+	} else {
+		// Most holds send one update, their final release: its record
+		// is a field of the hold.
+		s, h.synced = &h.firstSync, true
+	}
+	s.obsCtx, s.done = ctx, make(chan struct{})
 	h.next = s
 	if h.syncing {
 		return s

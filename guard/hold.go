@@ -51,6 +51,11 @@ type hold struct {
 	over    atomic.Bool           // released or lost: see end
 	cause   atomic.Pointer[error] // why it ended: &ended, once end has set it
 	ended   error                 // written once, by the end call that set over
+	// firstSync records the hold's first count update, most holds' only
+	// one (their final release), once synced is set; later updates get
+	// records of their own. Both under mu.
+	synced    bool
+	firstSync countSync
 
 	// Heartbeat state, guarded by the heartbeat's mutex.
 	leaseEnd  time.Time // safe end of the lease (timing.safeEnd of the last confirmed request)
