@@ -115,8 +115,9 @@ func (h *hold) syncCounts() {
 // none), so observers see its round trips as releases.
 func (h *hold) sendCounts(obsCtx context.Context, writes, reads int) (store.Outcome, error) {
 	l := h.l
-	ctx, cancel := context.WithTimeout(context.Background(), h.timing.timeout)
-	defer cancel()
+	ctx := new(deadlineCtx) // the retries' bound; WithTimeout's costs more
+	ctx.start(context.Background(), h.timing.timeout)
+	defer ctx.stop()
 	// The marker of a final release outlives every retry: they stop at the
 	// request timeout.
 	a := store.CountArgs{Owner: h.owner, Writes: writes, Reads: reads, Marker: 2 * max(h.timing.timeout, time.Second)}

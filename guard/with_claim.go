@@ -338,8 +338,9 @@ func (h *hold) finishClaim(ctx context.Context, cs store.ClaimHolds, value []byt
 // timeout as sendCounts does.
 func (h *hold) sendReleaseClaim(obsCtx context.Context, cs store.ClaimHolds, value []byte, keep time.Duration) (store.ReleaseClaimReply, error) {
 	l := h.l
-	ctx, cancel := context.WithTimeout(context.Background(), h.timing.timeout)
-	defer cancel()
+	ctx := new(deadlineCtx) // the retries' bound; WithTimeout's costs more
+	ctx.start(context.Background(), h.timing.timeout)
+	defer ctx.stop()
 	// As sendCounts' marker: it outlives every retry.
 	a := store.CountArgs{Owner: h.owner, Marker: 2 * max(h.timing.timeout, time.Second)}
 	claim := claimOf(h.keys)
