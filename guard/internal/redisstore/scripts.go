@@ -181,9 +181,12 @@ type scriptCall struct {
 // string or an integer copied into the argv and put on the line as a
 // pointer to its copy costs nothing more, where boxing it (as FCall and
 // EvalSha do every key and argument) would cost an allocation of its own.
-// Its arrays have room for every call of acquire.lua and set_counts.lua
-// (the hot ones) in 384 bytes, an allocation class of its own; past that
-// room it boxes or grows, which costs allocations but is just as right.
+// The price: a hook that formats a command's arguments (Cmd.String, a
+// tracing hook's statement) prints these as addresses; the command and the
+// script's name, which hooks match on, stay strings. Its arrays have room
+// for every call of acquire.lua and set_counts.lua (the hot ones) in 384
+// bytes, an allocation class of its own; past that room it boxes or
+// grows, which costs allocations but is just as right.
 type argv struct {
 	line []any // [command, script, len(KEYS), KEYS..., ARGV...]
 	buf  [14]any
@@ -243,8 +246,8 @@ func (v *argv) call() scriptCall { return scriptCall{argv: v} }
 
 // cmd returns the call as command ("fcall", "evalsha", "eval": a constant,
 // which boxes for free) of script (a script's fnArg, shaArg or srcArg),
-// unsent. The line is the call's own:
-// each command made of it is sent and answered before the next is made.
+// unsent. The commands made of one call share its line: each is sent and
+// answered before the next is made.
 func (c *scriptCall) cmd(ctx context.Context, command, script any) *redis.Cmd {
 	line := c.argv.line
 	line[0], line[1], line[2] = command, script, int(c.argv.keys)
