@@ -7,9 +7,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/jobguard/jobguard/guard/internal/store"
 
@@ -177,25 +179,52 @@ type scriptCall struct {
 
 // argv is the command line of one script call, built in one allocation:
 // the command and the script, the number of KEYS, the KEYS and the ARGV.
-// go-redis writes a *string or an *int64 as the value it points to, so a
-// string or an integer copied into the argv and put on the line as a
-// pointer to its copy costs nothing more, where boxing it (as FCall and
-// EvalSha do every key and argument) would cost an allocation of its own.
-// The price: a hook that formats a command's arguments (Cmd.String, a
-// tracing hook's statement) prints these as addresses; the command and the
-// script's name, which hooks match on, stay strings. Its arrays have room
-// for every call of acquire.lua and set_counts.lua (the hot ones) in 384
-// bytes, an allocation class of its own; past that room it boxes or
-// grows, which costs allocations but is just as right.
+// Boxing a string or an integer into the line, as FCall and EvalSha do
+// every key and argument, costs an allocation each; a pointer boxes for
+// free. So the strings and integers are copied into the argv's own arrays
+// and put on the line as pointers to their copies (strArg, intArg), which
+// go-redis writes through MarshalBinary without allocating, and which a
+// hook that prints a command (Cmd.String, a tracing hook's statement)
+// prints as their values, through String. The first key is boxed as it is:
+// a Cluster client routes the command by it, which reads a string directly
+// and anything else through fmt. Its arrays have room for every call of
+// acquire.lua and set_counts.lua (the hot ones); past that room it boxes,
+// which costs allocations but is just as right.
 type argv struct {
 	line []any // [command, script, len(KEYS), KEYS..., ARGV...]
 	buf  [14]any
-	strs [6]string
-	ints [3]int64
+	strs [6]strArg
+	ints [3]intArg
 	ns   uint8
 	ni   uint8
 	keys uint8
 }
+
+// strArg is a string argument of an argv.
+type strArg string
+
+// MarshalBinary is the string's bytes, for go-redis's writer: a view, not
+// a copy, which the writer only reads.
+func (a *strArg) MarshalBinary() ([]byte, error) {
+	return unsafe.Slice(unsafe.StringData(string(*a)), len(*a)), nil
+}
+
+// String is the string, for hooks that print the command.
+func (a *strArg) String() string { return string(*a) }
+
+// intArg is an integer argument of an argv, with room for its digits.
+type intArg struct {
+	n      int64
+	digits [20]byte
+}
+
+// MarshalBinary is the integer in decimal, as go-redis writes an int64.
+func (a *intArg) MarshalBinary() ([]byte, error) {
+	return strconv.AppendInt(a.digits[:0], a.n, 10), nil
+}
+
+// String is the integer in decimal, for hooks that print the command.
+func (a *intArg) String() string { return strconv.FormatInt(a.n, 10) }
 
 // newArgv returns an empty command line; its KEYS come first (key), then
 // its ARGV (str, int, ms, lit).
@@ -207,7 +236,11 @@ func newArgv() *argv {
 
 // key adds a key; every key comes before the first argument.
 func (v *argv) key(k string) {
-	v.str(k)
+	if v.keys == 0 {
+		v.line = append(v.line, k) // the route: see argv
+	} else {
+		v.str(k)
+	}
 	v.keys++
 }
 
@@ -216,7 +249,7 @@ func (v *argv) str(s string) {
 		v.line = append(v.line, s) // an empty string boxes for free
 		return
 	}
-	v.strs[v.ns] = s
+	v.strs[v.ns] = strArg(s)
 	v.line = append(v.line, &v.strs[v.ns])
 	v.ns++
 }
@@ -226,7 +259,7 @@ func (v *argv) int(n int64) {
 	// those boxed), so it takes no room.
 	if n < 0 || n >= 256 {
 		if int(v.ni) < len(v.ints) {
-			v.ints[v.ni] = n
+			v.ints[v.ni].n = n
 			v.line = append(v.line, &v.ints[v.ni])
 			v.ni++
 			return
