@@ -191,15 +191,21 @@ func promiseSection(rep *Report) string {
 			if k.HolderKilled > 0 {
 				fmt.Fprintf(&b, "%d holders killed; ", k.HolderKilled)
 			}
-			fmt.Fprintf(&b, "%d writes accepted, %d stale writes or reads refused by fencing; the scenario's history %s under porcupine",
-				k.Accepted, k.Rejected, verdict)
+			fmt.Fprintf(&b, "%d writes accepted, %d stale writes or reads refused by fencing, %d violations by the hand-written checker; the scenario's history %s under porcupine",
+				k.Accepted, k.Rejected, k.Violations, verdict)
 			if len(k.Recoveries) > 0 {
 				fmt.Fprintf(&b, "; recovery p50 %s, p99 %s, max %s", ms(k.P50()), ms(k.P99()), ms(k.Max()))
 			}
 			if k.NotRecovered > 0 {
 				fmt.Fprintf(&b, "; %d faults with no recovery", k.NotRecovered)
 			}
-			b.WriteString(".\n")
+			// Kept: porcupine accepts the history, and where the lock
+			// promises to tell in time, it told every lost lease so.
+			if verdict == Linearizable && (k.FencingOnly || k.ToldInTime == k.LeasesLost) {
+				b.WriteString(". Kept.\n")
+			} else {
+				b.WriteString(". **Not kept.**\n")
+			}
 		}
 	}
 	return b.String()

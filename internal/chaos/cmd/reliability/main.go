@@ -1,6 +1,6 @@
 // Command reliability writes RELIABILITY.md from one run of make chaos or
-// make chaos-long: the fault-injection report (report.json and report.md of
-// internal/chaos), the soak's section (internal/soak, -soak.out) and the
+// make chaos-long: the fault-injection report (report.json of internal/chaos,
+// rendered as its report.md is), the soak's section (internal/soak, -soak.out) and the
 // logs of the bounded fuzz runs, followed by the hand-kept track record
 // (docs/track-record.md). It computes the headline from the report, so that
 // the document cannot claim more than the run showed.
@@ -25,7 +25,7 @@ import (
 )
 
 func main() {
-	dir := flag.String("dir", "chaos-report", "the directory make chaos wrote: report.json, report.md, soak.md, fuzz-*.log")
+	dir := flag.String("dir", "chaos-report", "the directory make chaos wrote: report.json, soak.md, fuzz-*.log")
 	out := flag.String("out", "RELIABILITY.md", "where to write the document")
 	record := flag.String("record", "docs/track-record.md", "the hand-kept track record to append (empty: none)")
 	flag.Parse()
@@ -53,10 +53,6 @@ func build(dir, record string) (string, error) {
 	}
 	if rep.WriteFenceOnly {
 		return "", errors.New("report.json is of a -chaos.write-fence-only run, a demonstration, not the suite")
-	}
-	table, err := os.ReadFile(filepath.Join(dir, "report.md"))
-	if err != nil {
-		return "", err
 	}
 	soak, err := os.ReadFile(filepath.Join(dir, "soak.md"))
 	if err != nil {
@@ -102,7 +98,9 @@ func build(dir, record string) (string, error) {
 	} else {
 		fmt.Fprintf(&b, " **The hand-written checker counted %d violations under these faults** (see the table).\n\n", h.fencingOnlyViolations)
 	}
-	b.WriteString(section(string(table)))
+	// Rendered again from report.json rather than read from report.md, so
+	// that the document is in this renderer's form whatever wrote the run.
+	b.WriteString(section(chaos.Markdown(&rep)))
 	b.WriteString("\n")
 	b.WriteString(section(string(soak)))
 	b.WriteString("\n")
