@@ -25,6 +25,8 @@ func libColor(lib string) color.Color {
 	switch lib {
 	case "guard":
 		return color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
+	case "guard-nocancel":
+		return color.RGBA{R: 0x9e, G: 0xc9, B: 0xe8, A: 0xff}
 	case "redsync":
 		return color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
 	case "redislock":

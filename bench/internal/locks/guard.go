@@ -30,6 +30,35 @@ func (g guardLib) Lock(ctx context.Context, key string) (Lease, error) {
 
 func (g guardLib) Close() error { return g.l.Close() }
 
+// guardNoCancel is guard called under contexts that cannot be canceled
+// (context.WithoutCancel of the caller's): each request then runs on the
+// caller's goroutine, bounded by guard's request timeout, instead of being
+// handed to a goroutine that lets the call return the moment its context
+// is done. Beside "guard", it shows what that promise costs.
+type guardNoCancel struct{ guardLib }
+
+func newGuardNoCancel(client *redis.Client, cfg Config) (Lib, error) {
+	g, err := newGuard(client, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return guardNoCancel{g.(guardLib)}, nil
+}
+
+func (g guardNoCancel) Lock(ctx context.Context, key string) (Lease, error) {
+	le, err := g.l.Acquire(context.WithoutCancel(ctx), key)
+	if err != nil {
+		return nil, err
+	}
+	return guardNoCancelLease{guardLease{le}}, nil
+}
+
+type guardNoCancelLease struct{ guardLease }
+
+func (g guardNoCancelLease) Unlock(ctx context.Context) error {
+	return g.guardLease.Unlock(context.WithoutCancel(ctx))
+}
+
 type guardLease struct{ le *guard.Lease }
 
 func (g guardLease) Unlock(ctx context.Context) error {

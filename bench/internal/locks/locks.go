@@ -53,7 +53,12 @@ type Lease interface {
 }
 
 // Names returns the libraries in the order the reports list them.
-func Names() []string { return []string{"guard", "redsync", "redislock", "raw"} }
+func Names() []string { return []string{"guard", "guard-nocancel", "redsync", "redislock", "raw"} }
+
+// IsVariant reports whether name is another way of calling a library
+// named before it (guard-nocancel: guard under contexts that cannot be
+// canceled), measured only where the two differ.
+func IsVariant(name string) bool { return name == "guard-nocancel" }
 
 // New returns the library called name on client.
 func New(name string, client *redis.Client, cfg Config) (Lib, error) {
@@ -63,6 +68,8 @@ func New(name string, client *redis.Client, cfg Config) (Lib, error) {
 	switch name {
 	case "guard":
 		return newGuard(client, cfg)
+	case "guard-nocancel":
+		return newGuardNoCancel(client, cfg)
 	case "redsync":
 		return newRedsync(client, cfg), nil
 	case "redislock":

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/jobguard/jobguard/bench/internal/locks"
@@ -70,14 +71,17 @@ func TinySizes() results.Sizes {
 // waiters or holds run no hand-off, and RenewLocks 0 runs no renewal.
 func All(ctx context.Context, r *Runner) (results.Run, error) {
 	libs := locks.Names()
+	// A variant of a library is measured where it differs: one operation
+	// at a time and many at once, not waiting or renewing.
+	compared := slices.DeleteFunc(slices.Clone(libs), locks.IsVariant)
 	s := r.Sizes
 	run := results.Run{
 		Sizes:      s,
 		Sequential: make([]results.Sequential, len(libs)),
-		Handoff:    make([]results.Handoff, len(s.HandoffWaiters)*len(s.HandoffHolds)*len(libs)),
+		Handoff:    make([]results.Handoff, len(s.HandoffWaiters)*len(s.HandoffHolds)*len(compared)),
 	}
 	if s.RenewLocks > 0 {
-		run.Renewal = make([]results.Renewal, len(libs))
+		run.Renewal = make([]results.Renewal, len(compared))
 	}
 	cases := []*Case{Ping(r, &run.Ping)}
 	for i, lib := range libs {
@@ -96,14 +100,14 @@ func All(ctx context.Context, r *Runner) (results.Run, error) {
 	i := 0
 	for _, waiters := range s.HandoffWaiters {
 		for _, hold := range s.HandoffHolds {
-			for _, lib := range libs {
+			for _, lib := range compared {
 				cases = append(cases, Handoff(r, lib, waiters, hold, &run.Handoff[i]))
 				i++
 			}
 		}
 	}
 	for i := range run.Renewal {
-		cases = append(cases, Renewal(r, libs[i], &run.Renewal[i]))
+		cases = append(cases, Renewal(r, compared[i], &run.Renewal[i]))
 	}
 	if err := r.RunAll(ctx, cases); err != nil {
 		return run, err
