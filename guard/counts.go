@@ -116,7 +116,7 @@ func (h *hold) syncCounts() {
 func (h *hold) sendCounts(obsCtx context.Context, writes, reads int) (store.Outcome, error) {
 	l := h.l
 	ctx := new(deadlineCtx) // the retries' bound; WithTimeout's costs more
-	ctx.start(context.Background(), h.timing.timeout)
+	ctx.start(&l.deadlines, context.Background(), h.timing.timeout)
 	defer ctx.stop()
 	// The marker of a final release outlives every retry: they stop at the
 	// request timeout.
@@ -198,9 +198,10 @@ func (h *hold) dropLeaseLocked(ctx context.Context, write, ended bool) *countSyn
 // go-redis does not interrupt could otherwise overrun.
 func (s *countSync) await(ctx context.Context, h *hold) error {
 	if ctx.Done() == nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, h.timing.timeout+releaseMaxBackoff)
-		defer cancel()
+		d := new(deadlineCtx)
+		d.start(&h.l.deadlines, ctx, h.timing.timeout+releaseMaxBackoff)
+		defer d.stop()
+		ctx = d
 	}
 	select {
 	case <-s.done:

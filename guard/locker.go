@@ -35,8 +35,10 @@ type Locker struct {
 
 	hb     *heartbeat
 	notify *notifier
-	runner runner             // runs requests that may outlive their caller's ctx
-	busy   *throttle.Throttle // which busy keys to log at Info
+	runner runner // runs requests that may outlive their caller's ctx
+	// deadlines ends the contexts that bound requests, on one timer.
+	deadlines deadlines
+	busy      *throttle.Throttle // which busy keys to log at Info
 
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -309,6 +311,7 @@ func (l *Locker) Close() error {
 		l.hb.close()
 		l.notify.close()
 		l.runner.stop()
+		l.deadlines.stop()
 		_ = l.store.Close()
 	})
 	return nil

@@ -102,9 +102,10 @@ func (r *runner) stop() {
 func await[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, error), abandoned func(T, error)) (T, error) {
 	if ctx.Done() == nil {
 		// Nothing can end the wait but the request: run it here.
-		ctx, cancel := context.WithTimeout(ctx, max(l.cfg.requestTimeout, time.Second))
-		defer cancel()
-		return fn(ctx)
+		d := new(deadlineCtx)
+		d.start(&l.deadlines, ctx, max(l.cfg.requestTimeout, time.Second))
+		defer d.stop()
+		return fn(d)
 	}
 	if ctx.Err() != nil {
 		var zero T
@@ -114,7 +115,7 @@ func await[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, e
 	// deadline stops go-redis's retries and pool waits (and, with the
 	// client's ContextTimeoutEnabled, its reads).
 	c := &call[T]{fn: fn, abandoned: abandoned, done: make(chan struct{})}
-	c.ctx.start(context.WithoutCancel(ctx), max(l.cfg.requestTimeout, time.Second))
+	c.ctx.start(&l.deadlines, context.WithoutCancel(ctx), max(l.cfg.requestTimeout, time.Second))
 	if !l.runner.startJob(c) {
 		c.ctx.stop()
 		var zero T
@@ -154,58 +155,6 @@ func (c *call[T]) run() {
 		close(c.done)
 	} else if c.abandoned != nil {
 		c.abandoned(v, err)
-	}
-}
-
-// deadlineCtx is a context with the values of another, not its
-// cancellation, that is done at a deadline or when stopped: what
-// context.WithTimeout(context.WithoutCancel(ctx), d) makes, in fewer
-// allocations. A WithTimeout allocates the context, a timer, two closures
-// and, once asked for it, its channel; a deadlineCtx lives in the record
-// of what it bounds and allocates its channel, its timer and the timer's
-// function. A context derived from it (go-redis derives some while it
-// dials) follows it as it would any context of a type of its own: the
-// context package watches the two with a goroutine until either is done.
-type deadlineCtx struct {
-	values   context.Context // whose values it has; nothing cancels it
-	deadline time.Time
-	done     chan struct{}
-	timer    *time.Timer
-	ended    atomic.Bool // set by whichever of expire and stop closes done
-	err      error       // why done was closed: written before it is
-}
-
-// start makes d done after timeout.
-func (d *deadlineCtx) start(values context.Context, timeout time.Duration) {
-	d.values, d.deadline, d.done = values, time.Now().Add(timeout), make(chan struct{})
-	d.timer = time.AfterFunc(timeout, d.expire)
-}
-
-func (d *deadlineCtx) expire() { d.end(context.DeadlineExceeded) }
-
-// stop makes d done now, if it is not, as a WithTimeout's cancel does.
-func (d *deadlineCtx) stop() {
-	d.timer.Stop()
-	d.end(context.Canceled)
-}
-
-func (d *deadlineCtx) end(err error) {
-	if d.ended.CompareAndSwap(false, true) {
-		d.err = err
-		close(d.done)
-	}
-}
-
-func (d *deadlineCtx) Deadline() (time.Time, bool) { return d.deadline, true }
-func (d *deadlineCtx) Done() <-chan struct{}       { return d.done }
-func (d *deadlineCtx) Value(key any) any           { return d.values.Value(key) }
-
-func (d *deadlineCtx) Err() error {
-	select {
-	case <-d.done:
-		return d.err
-	default:
-		return nil
 	}
 }
 

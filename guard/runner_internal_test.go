@@ -25,8 +25,10 @@ func TestDeadlineCtx(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			parent, cancelParent := context.WithCancel(context.WithValue(t.Context(), valueKey{}, "v"))
 			cancelParent() // its cancellation does not carry over
+			w := new(deadlines)
+			t.Cleanup(w.stop)
 			d := new(deadlineCtx)
-			d.start(context.WithoutCancel(parent), tc.timeout)
+			d.start(w, context.WithoutCancel(parent), tc.timeout)
 			t.Cleanup(d.stop)
 			if d.Value(valueKey{}) != "v" {
 				t.Fatalf("Value = %v, want the parent's", d.Value(valueKey{}))
@@ -58,5 +60,73 @@ func TestDeadlineCtx(t *testing.T) {
 				t.Errorf("Err after a second stop = %v, want %v", d.Err(), tc.want)
 			}
 		})
+	}
+}
+
+// The deadlineCtxs of a Locker share one timer: it is set for the earliest
+// deadline pending, not again for a later one, not stopped when a request
+// ends early; when it fires it ends what is due, never what is not, and is
+// set for the earliest of the rest.
+func TestDeadlinesShareOneTimer(t *testing.T) {
+	w := new(deadlines)
+	t.Cleanup(w.stop)
+	armed := func() time.Time {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.armed
+	}
+	start := func(timeout time.Duration) *deadlineCtx {
+		d := new(deadlineCtx)
+		d.start(w, context.Background(), timeout)
+		t.Cleanup(d.stop)
+		return d
+	}
+	late := start(time.Hour)
+	if armed() != late.deadline {
+		t.Fatalf("armed %v, want the only deadline %v", armed(), late.deadline)
+	}
+	soon := start(200 * time.Millisecond)
+	if armed() != soon.deadline {
+		t.Fatalf("armed %v, want the earlier deadline %v", armed(), soon.deadline)
+	}
+	later := start(2 * time.Hour)
+	ended := start(100 * time.Millisecond)
+	ended.stop()
+	if armed() != ended.deadline {
+		t.Fatalf("armed %v after a start and a stop, want the earliest deadline ever pending %v", armed(), ended.deadline)
+	}
+	if !errors.Is(ended.Err(), context.Canceled) {
+		t.Fatalf("stopped: Err = %v", ended.Err())
+	}
+	select {
+	case <-soon.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the 200ms deadline did not end its context")
+	}
+	if now := time.Now(); now.Before(soon.deadline) {
+		t.Fatalf("ended %v before its deadline", soon.deadline.Sub(now))
+	}
+	if !errors.Is(soon.Err(), context.DeadlineExceeded) {
+		t.Fatalf("expired: Err = %v", soon.Err())
+	}
+	for _, d := range []*deadlineCtx{late, later} {
+		if d.Err() != nil {
+			t.Fatalf("a deadline %v away ended: %v", time.Until(d.deadline), d.Err())
+		}
+	}
+	// Once the timer has fired it is set for the earliest pending deadline.
+	for stop := time.Now().Add(10 * time.Second); armed() != late.deadline; time.Sleep(time.Millisecond) {
+		if time.Now().After(stop) {
+			t.Fatalf("armed %v after firing, want the earliest pending %v", armed(), late.deadline)
+		}
+	}
+	again := start(30 * time.Millisecond)
+	select {
+	case <-again.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a deadline started after the timer fired did not end its context")
+	}
+	if !errors.Is(again.Err(), context.DeadlineExceeded) || time.Now().Before(again.deadline) {
+		t.Fatalf("Err = %v, %v before its deadline", again.Err(), again.deadline.Sub(time.Now()))
 	}
 }

@@ -339,7 +339,7 @@ func (h *hold) finishClaim(ctx context.Context, cs store.ClaimHolds, value []byt
 func (h *hold) sendReleaseClaim(obsCtx context.Context, cs store.ClaimHolds, value []byte, keep time.Duration) (store.ReleaseClaimReply, error) {
 	l := h.l
 	ctx := new(deadlineCtx) // the retries' bound; WithTimeout's costs more
-	ctx.start(context.Background(), h.timing.timeout)
+	ctx.start(&l.deadlines, context.Background(), h.timing.timeout)
 	defer ctx.stop()
 	// As sendCounts' marker: it outlives every retry.
 	a := store.CountArgs{Owner: h.owner, Marker: 2 * max(h.timing.timeout, time.Second)}
