@@ -29,6 +29,10 @@
 local key, owner, mode, member, identity = KEYS[1], ARGV[1], ARGV[3], ARGV[4], ARGV[5] or ''
 local min_hold, fence_ttl, permits = ARGV[6] or '0', ARGV[7] or '0', ARGV[8] or '1'
 local t = redis.call('TIME')
+-- The common case, a free key nobody waits for, is taken here, before the
+-- helpers below are made (each a closure, made at every call).
+local taken = take_free(key, KEYS[2], KEYS[3], owner, mode, ARGV[2], identity, min_hold, fence_ttl, permits, t)
+if taken then return taken end
 -- The clock in ms, read from t only when a decision needs it: a free key
 -- without MinHold needs only the token, which is in µs.
 local now = 0
@@ -90,6 +94,7 @@ local function take_permit(token, owners, lone, waited)
     redis.call('PEXPIRE', key, ARGV[2])
     return
   end
+  if now == 0 then now = ms_of(t) end -- a free key: holders() did not read it
   local ttl, keep = tonumber(ARGV[2]), false
   if min_hold ~= '0' then keep = now + tonumber(min_hold) end
   local fields = permit_fields(owner, token, permits, owners > 0 and now + ttl, keep, identity)
@@ -120,6 +125,7 @@ local function take_hold(token, owners, lone, waited)
     redis.call('PEXPIRE', key, ARGV[2])
     return
   end
+  if now == 0 then now = ms_of(t) end -- a free key: holders() did not read it
   local ttl = tonumber(ARGV[2])
   local fields = {owner .. ':t', token, owner .. ':i', identity}
   if mode == 'w' then
@@ -174,7 +180,6 @@ local refused = busy(owners, latest, writer, earliest)
 if refused then return refused end
 local token, err = mint(KEYS[2], t, fence_ttl, ARGV[2])
 if not token then return err end
-if now == 0 and min_hold ~= '0' then now = ms_of(t) end
 -- queued counted this acquisition's own registration, if it had one.
 local others = queued
 if others > 0 and member ~= '' then others = others - redis.call('ZREM', KEYS[3], member) end

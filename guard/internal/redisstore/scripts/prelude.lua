@@ -209,3 +209,39 @@ local function mint(counter, t, fence_ttl, ttl)
   end
   return token
 end
+
+-- take_free is acquire.lua's common case: the lock key and its queue of
+-- waiters (queue) do not exist, and the hold keeps no MinHold (min_hold
+-- '0'): it takes the key for owner, with the fields take_hold or
+-- take_permit would write for a free key, and returns acquire.lua's
+-- reply ({1, token}, or an error reply from mint). Otherwise it returns
+-- nil and changes nothing. It is a function of the prelude, made once
+-- per library rather than at every call as acquire.lua's own helpers are.
+local function take_free(key, counter, queue, owner, mode, ttl, identity, min_hold, fence_ttl, permits, t)
+  if min_hold ~= '0' or redis.call('EXISTS', key, queue) ~= 0 then return nil end
+  local token, err = mint(counter, t, fence_ttl, ttl)
+  if not token then return err end
+  if permits ~= '1' then
+    redis.call('HSET', key, owner .. ':t', token, owner, '1', 'permits', permits, owner .. ':i', identity)
+  elseif mode == 'w' then
+    redis.call('HSET', key, owner .. ':t', token, 'writer', owner, owner, '1', owner .. ':i', identity)
+  else
+    redis.call('HSET', key, owner .. ':t', token, owner .. ':r', '1', owner .. ':i', identity)
+  end
+  redis.call('PEXPIRE', key, ttl)
+  return {1, token}
+end
+
+-- release_lone is set_counts.lua's common case: the final release (final)
+-- of a hold that is the key's alone (no expiry of its own), kept for no
+-- MinHold, on a key nobody registered to wait for, got being set_counts'
+-- HMGET of the owner's token and expiry, 'writer', its MinHold and 'q'.
+-- It marks the release as applied (done, for marker ms) and deletes the
+-- key, as let_go does, and reports whether it did; otherwise it changes
+-- nothing. A drop (marker '0') is left to set_counts.lua.
+local function release_lone(key, done, marker, final, got)
+  if not final or marker == '0' or not got[1] or got[2] or got[4] or got[5] then return false end
+  redis.call('SET', done, '1', 'PX', marker)
+  redis.call('DEL', key)
+  return true
+end

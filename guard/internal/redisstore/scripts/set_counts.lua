@@ -42,6 +42,14 @@ local key, waiting, done, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, marker, writes, reads = ARGV[1], ARGV[2], ARGV[3] or '0', ARGV[4] or '0'
 local final = writes == '0' and reads == '0'
 
+local got = redis.pcall('HMGET', key, owner .. ':t', owner .. ':x', 'writer', owner .. ':m', 'q')
+if failed(got) then return wrong_type(key, 'a lock') end
+-- The common case, a lone owner's final release that nobody waits for,
+-- ends here, before the helpers below are made (each a closure, made
+-- at every call).
+if release_lone(key, done, marker, final, got) then return 1 end
+local token, x, writer, keep, queued = got[1], got[2], got[3], got[4], got[5]
+
 -- The clock is read only when a decision needs it.
 local now, t = false, false
 local function clock()
@@ -201,9 +209,6 @@ local function let_go(x, writer, keep, queued)
   return 1
 end
 
-local got = redis.pcall('HMGET', key, owner .. ':t', owner .. ':x', 'writer', owner .. ':m', 'q')
-if failed(got) then return wrong_type(key, 'a lock') end
-local token, x, writer, keep, queued = got[1], got[2], got[3], got[4], got[5]
 if not token or (x and tonumber(x) <= clock()) then return gone() end
 -- A permit holder writes without being the key's 'writer' (see prelude.lua).
 if writes ~= '0' and writer ~= owner and not redis.call('HGET', key, 'permits') then return -1 end
