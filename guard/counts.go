@@ -199,7 +199,7 @@ func (h *hold) dropLeaseLocked(ctx context.Context, write, ended bool) *countSyn
 func (s *countSync) await(ctx context.Context, h *hold) error {
 	if ctx.Done() == nil {
 		d := new(deadlineCtx)
-		d.start(&h.l.deadlines, ctx, h.timing.timeout+releaseMaxBackoff)
+		d.start(&h.l.deadlines, detached(ctx), h.timing.timeout+releaseMaxBackoff)
 		defer d.stop()
 		ctx = d
 	}

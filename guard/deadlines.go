@@ -100,15 +100,17 @@ func (w *deadlines) fire() {
 	}
 }
 
-// stop stops the timer; the Locker calls it once no request can start or
-// run any more.
+// stop stops the timer if no deadline is pending, as at the end of Close.
+// A request of Close's time that runs on its caller's goroutine (await,
+// under a context that cannot end) may still be pending: its deadline
+// then keeps the timer, which fires once more and is not set again.
 func (w *deadlines) stop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.timer != nil {
+	if w.pending == nil && w.timer != nil {
 		w.timer.Stop()
+		w.armed = time.Time{}
 	}
-	w.armed = time.Time{}
 }
 
 // deadlineCtx is a context with the values of another, not its
@@ -134,7 +136,9 @@ type deadlineCtx struct {
 	watched    bool
 }
 
-// start makes d done after timeout, watched by w.
+// start makes d done after timeout, watched by w. values must not carry a
+// cancellation of its own (context.WithoutCancel hides one): Cause looks
+// for one through Value, and would report its cause for d's.
 func (d *deadlineCtx) start(w *deadlines, values context.Context, timeout time.Duration) {
 	d.values, d.deadline, d.done, d.w = values, time.Now().Add(timeout), make(chan struct{}), w
 	w.add(d)
@@ -164,4 +168,16 @@ func (d *deadlineCtx) Err() error {
 	default:
 		return nil
 	}
+}
+
+// detached returns ctx's values without its cancellation, for a
+// deadlineCtx, sparing context.WithoutCancel's allocation for the
+// contexts that have none. A context whose Done is nil may still carry
+// one, a parent's found through Value, as contexts "detached" before Go
+// 1.21 do.
+func detached(ctx context.Context) context.Context {
+	if ctx == context.Background() || ctx == context.TODO() {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }

@@ -103,7 +103,7 @@ func await[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, e
 	if ctx.Done() == nil {
 		// Nothing can end the wait but the request: run it here.
 		d := new(deadlineCtx)
-		d.start(&l.deadlines, ctx, max(l.cfg.requestTimeout, time.Second))
+		d.start(&l.deadlines, detached(ctx), max(l.cfg.requestTimeout, time.Second))
 		defer d.stop()
 		return fn(d)
 	}

@@ -81,16 +81,17 @@ func TestDeadlinesShareOneTimer(t *testing.T) {
 		t.Cleanup(d.stop)
 		return d
 	}
+	// Deadlines far enough away that the timer cannot fire meanwhile.
 	late := start(time.Hour)
 	if armed() != late.deadline {
 		t.Fatalf("armed %v, want the only deadline %v", armed(), late.deadline)
 	}
-	soon := start(200 * time.Millisecond)
+	soon := start(30 * time.Minute)
 	if armed() != soon.deadline {
 		t.Fatalf("armed %v, want the earlier deadline %v", armed(), soon.deadline)
 	}
 	later := start(2 * time.Hour)
-	ended := start(100 * time.Millisecond)
+	ended := start(20 * time.Minute)
 	ended.stop()
 	if armed() != ended.deadline {
 		t.Fatalf("armed %v after a start and a stop, want the earliest deadline ever pending %v", armed(), ended.deadline)
@@ -98,26 +99,27 @@ func TestDeadlinesShareOneTimer(t *testing.T) {
 	if !errors.Is(ended.Err(), context.Canceled) {
 		t.Fatalf("stopped: Err = %v", ended.Err())
 	}
+	quick := start(150 * time.Millisecond)
 	select {
-	case <-soon.Done():
+	case <-quick.Done():
 	case <-time.After(10 * time.Second):
-		t.Fatal("the 200ms deadline did not end its context")
+		t.Fatal("the 150ms deadline did not end its context")
 	}
-	if now := time.Now(); now.Before(soon.deadline) {
-		t.Fatalf("ended %v before its deadline", soon.deadline.Sub(now))
+	if now := time.Now(); now.Before(quick.deadline) {
+		t.Fatalf("ended %v before its deadline", quick.deadline.Sub(now))
 	}
-	if !errors.Is(soon.Err(), context.DeadlineExceeded) {
-		t.Fatalf("expired: Err = %v", soon.Err())
+	if !errors.Is(quick.Err(), context.DeadlineExceeded) || !errors.Is(context.Cause(quick), context.DeadlineExceeded) {
+		t.Fatalf("expired: Err = %v, Cause = %v", quick.Err(), context.Cause(quick))
 	}
-	for _, d := range []*deadlineCtx{late, later} {
+	for _, d := range []*deadlineCtx{soon, late, later} {
 		if d.Err() != nil {
 			t.Fatalf("a deadline %v away ended: %v", time.Until(d.deadline), d.Err())
 		}
 	}
 	// Once the timer has fired it is set for the earliest pending deadline.
-	for stop := time.Now().Add(10 * time.Second); armed() != late.deadline; time.Sleep(time.Millisecond) {
+	for stop := time.Now().Add(10 * time.Second); armed() != soon.deadline; time.Sleep(time.Millisecond) {
 		if time.Now().After(stop) {
-			t.Fatalf("armed %v after firing, want the earliest pending %v", armed(), late.deadline)
+			t.Fatalf("armed %v after firing, want the earliest pending %v", armed(), soon.deadline)
 		}
 	}
 	again := start(30 * time.Millisecond)
@@ -127,6 +129,62 @@ func TestDeadlinesShareOneTimer(t *testing.T) {
 		t.Fatal("a deadline started after the timer fired did not end its context")
 	}
 	if !errors.Is(again.Err(), context.DeadlineExceeded) || time.Now().Before(again.deadline) {
-		t.Fatalf("Err = %v, %v before its deadline", again.Err(), again.deadline.Sub(time.Now()))
+		t.Fatalf("Err = %v, %v before its deadline", again.Err(), time.Until(again.deadline))
+	}
+}
+
+// stop, at the end of Close, leaves the timer to a deadline still pending:
+// a request on its caller's goroutine may outlast the runner's.
+func TestDeadlinesStopKeepsPendingDeadline(t *testing.T) {
+	w := new(deadlines)
+	d := new(deadlineCtx)
+	d.start(w, context.Background(), 50*time.Millisecond)
+	t.Cleanup(d.stop)
+	w.stop()
+	select {
+	case <-d.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a deadline pending at stop never ended its context")
+	}
+	if !errors.Is(d.Err(), context.DeadlineExceeded) {
+		t.Fatalf("Err = %v", d.Err())
+	}
+	w.stop() // nothing pending now: the timer is stopped
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.armed.IsZero() {
+		t.Fatalf("armed %v after stop with nothing pending", w.armed)
+	}
+}
+
+// detachedCtx is a context "detached" as before Go 1.21: no Done, no Err,
+// no deadline, but the values of a parent, whose cancellation Cause finds
+// through Value.
+type detachedCtx struct{ context.Context }
+
+func (detachedCtx) Done() <-chan struct{}       { return nil }
+func (detachedCtx) Err() error                  { return nil }
+func (detachedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// A deadlineCtx over a detached context reports its own deadline as its
+// cause, not the cancellation the detached context hides.
+func TestDeadlineCtxHidesDetachedCancellation(t *testing.T) {
+	errParent := errors.New("the parent's cause")
+	parent, cancel := context.WithCancelCause(context.WithValue(t.Context(), valueKey{}, "v"))
+	cancel(errParent)
+	w := new(deadlines)
+	t.Cleanup(w.stop)
+	d := new(deadlineCtx)
+	d.start(w, detached(detachedCtx{parent}), 20*time.Millisecond)
+	t.Cleanup(d.stop)
+	<-d.Done()
+	if cause := context.Cause(d); !errors.Is(cause, context.DeadlineExceeded) {
+		t.Fatalf("Cause = %v, want DeadlineExceeded", cause)
+	}
+	if d.Value(valueKey{}) != "v" {
+		t.Fatalf("Value = %v, want the parent's", d.Value(valueKey{}))
+	}
+	if detached(context.Background()) != context.Background() {
+		t.Fatal("detached(Background) allocated a context")
 	}
 }

@@ -215,8 +215,9 @@ end
 -- '0'): it takes the key for owner, with the fields take_hold or
 -- take_permit would write for a free key, and returns acquire.lua's
 -- reply ({1, token}, or an error reply from mint). Otherwise it returns
--- nil and changes nothing. It is a function of the prelude, made once
--- per library rather than at every call as acquire.lua's own helpers are.
+-- nil and changes nothing. It is a function of the prelude: in the
+-- function library it is made once, where acquire.lua's own helpers are
+-- made at every call (run by hash, the prelude is run at every call).
 local function take_free(key, counter, queue, owner, mode, ttl, identity, min_hold, fence_ttl, permits, t)
   if min_hold ~= '0' or redis.call('EXISTS', key, queue) ~= 0 then return nil end
   local token, err = mint(counter, t, fence_ttl, ttl)
