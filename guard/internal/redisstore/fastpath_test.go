@@ -58,6 +58,13 @@ func TestFastPathsWriteWhatTheGeneralPathsWrite(t *testing.T) {
 				if ttl := c.PTTL(ctx, k.Lock).Val(); ttl <= 12*time.Second || ttl > a.TTL {
 					t.Errorf("%s: the lock's TTL %v, want %v", path, ttl, a.TTL)
 				}
+				// The counter is permanent, or lives FenceTTL from its first token.
+				switch ttl := c.PTTL(ctx, k.Fence).Val(); {
+				case a.FenceTTL == 0 && ttl != -1:
+					t.Errorf("%s: the counter's TTL %v, want none", path, ttl)
+				case a.FenceTTL > 0 && (ttl <= a.FenceTTL-5*time.Second || ttl > a.FenceTTL):
+					t.Errorf("%s: the counter's TTL %v, want %v", path, ttl, a.FenceTTL)
+				}
 				if path == "general" {
 					// MinHold that has passed sends the release down the general path.
 					c.HSet(ctx, k.Lock, "OWNER1:m", "1")

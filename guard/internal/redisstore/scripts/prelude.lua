@@ -200,7 +200,10 @@ local function mint(counter, t, fence_ttl, ttl)
   if fence_ttl == '0' then
     redis.call('SET', counter, token) -- drops any TTL: permanent from now on
   else
-    local left = redis.call('PTTL', counter)
+    -- A counter that is not there has no TTL to keep (a key per task or
+    -- request, the usual FenceTTL key, has none yet).
+    local left = -2
+    if digits then left = redis.call('PTTL', counter) end
     if left == -1 then
       redis.call('SET', counter, token, 'KEEPTTL') -- some holder wanted it kept
     else
