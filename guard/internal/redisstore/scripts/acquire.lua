@@ -31,7 +31,7 @@ local min_hold, fence_ttl, permits = ARGV[6] or '0', ARGV[7] or '0', ARGV[8] or 
 local t = redis.call('TIME')
 -- The common case, a free key nobody waits for, is taken here, before the
 -- helpers below are made (each a closure, made at every call).
-local taken = take_free(key, KEYS[2], KEYS[3], owner, mode, ARGV[2], identity, min_hold, fence_ttl, permits, t)
+local taken, present = take_free(key, KEYS[2], KEYS[3], owner, mode, ARGV[2], identity, min_hold, fence_ttl, permits, t)
 if taken then return taken end
 -- The clock in ms, read from t only when a decision needs it: a free key
 -- without MinHold needs only the token, which is in µs.
@@ -171,7 +171,7 @@ end
 local queued, bad = queue_size(KEYS[3])
 if not queued then return bad end
 local owners, latest, writer, lone, earliest = 0, 0, false, false, 0
-if redis.call('EXISTS', key) == 1 then
+if lock_exists(key, present, queued) then
   local reply
   reply, owners, latest, writer, lone, earliest = holders()
   if reply then return reply end

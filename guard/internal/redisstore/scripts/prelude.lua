@@ -218,11 +218,14 @@ end
 -- '0'): it takes the key for owner, with the fields take_hold or
 -- take_permit would write for a free key, and returns acquire.lua's
 -- reply ({1, token}, or an error reply from mint). Otherwise it returns
--- nil and changes nothing. It is a function of the prelude: in the
+-- nil and how many of the two exist (see lock_exists; nil when it did not
+-- ask), and changes nothing. It is a function of the prelude: in the
 -- function library it is made once, where acquire.lua's own helpers are
 -- made at every call (run by hash, the prelude is run at every call).
 local function take_free(key, counter, queue, owner, mode, ttl, identity, min_hold, fence_ttl, permits, t)
-  if min_hold ~= '0' or redis.call('EXISTS', key, queue) ~= 0 then return nil end
+  if min_hold ~= '0' then return nil end
+  local present = redis.call('EXISTS', key, queue)
+  if present ~= 0 then return nil, present end
   local token, err = mint(counter, t, fence_ttl, ttl)
   if not token then return err end
   if permits ~= '1' then
@@ -234,6 +237,18 @@ local function take_free(key, counter, queue, owner, mode, ttl, identity, min_ho
   end
   redis.call('PEXPIRE', key, ttl)
   return {1, token}
+end
+
+-- lock_exists reports whether the lock key exists, given present, the
+-- number of the lock and its queue that exist as take_free counted them
+-- (nil: not counted), and queued, the queue's size: a queue that exists
+-- holds a registration (Redis deletes an empty one), so whichever is left
+-- of present is the lock. It spares a waiting acquisition the second
+-- EXISTS.
+local function lock_exists(key, present, queued)
+  if present == nil then return redis.call('EXISTS', key) == 1 end
+  if queued > 0 then present = present - 1 end
+  return present > 0
 end
 
 -- release_lone is set_counts.lua's common case: the final release (final)
