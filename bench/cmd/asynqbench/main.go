@@ -99,7 +99,7 @@ func run() error {
 	defer enqueue.Close()
 
 	fmt.Printf("GOMAXPROCS %d, %d CPUs, %s, Concurrency %d, %d tasks per drain, %d rounds, redis-server %s\n",
-		runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), *conc, *tasks, *rounds, serverVersion(ctx, admin))
+		runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), *conc, *tasks, *rounds, redisproc.Version(ctx, admin))
 	for _, v := range variants { // warm up: connections, scripts, the library
 		if _, err := drain(ctx, srv.Addr(), admin, enqueue, v, "warm-"+v.name, 200, *conc); err != nil {
 			return fmt.Errorf("%s: %w", v.name, err)
@@ -262,19 +262,6 @@ func redislockMiddleware(rl *redislock.Client, next asynq.Handler) asynq.Handler
 		defer func() { _ = lock.Release(context.WithoutCancel(ctx)) }()
 		return next.ProcessTask(ctx, t)
 	})
-}
-
-func serverVersion(ctx context.Context, c *redis.Client) string {
-	info, err := c.Info(ctx, "server").Result()
-	if err != nil {
-		return "?"
-	}
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			return v
-		}
-	}
-	return "?"
 }
 
 func join(rs []result, format string, f func(result) float64) string {

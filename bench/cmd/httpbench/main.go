@@ -87,7 +87,7 @@ func run() error {
 	variants := svc.variants
 
 	fmt.Printf("GOMAXPROCS %d, %d CPUs, %s, %d clients, %v per variant and round, %d rounds, redis-server %s\n",
-		runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), *conc, *duration, *rounds, serverVersion(ctx, admin))
+		runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), *conc, *duration, *rounds, redisproc.Version(ctx, admin))
 	for _, v := range variants { // warm up: connections, scripts, the library
 		if _, err := load(svc.client, svc.url(v), "warm-"+v.name, *conc, 300*time.Millisecond); err != nil {
 			return fmt.Errorf("%s: %w", v.name, err)
@@ -323,19 +323,6 @@ func commands(st redisproc.Stats) int64 {
 		n += cmd.Calls
 	}
 	return n
-}
-
-func serverVersion(ctx context.Context, c *redis.Client) string {
-	info, err := c.Info(ctx, "server").Result()
-	if err != nil {
-		return "?"
-	}
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			return v
-		}
-	}
-	return "?"
 }
 
 func join(xs []float64, format string) string {

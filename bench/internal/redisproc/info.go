@@ -34,6 +34,21 @@ func Snapshot(ctx context.Context, c *redis.Client) (Stats, error) {
 	return parseInfo(text)
 }
 
+// Version returns the redis_version c's server reports, "?" when it
+// cannot be read.
+func Version(ctx context.Context, c *redis.Client) string {
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return "?"
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return v
+		}
+	}
+	return "?"
+}
+
 func parseInfo(text string) (Stats, error) {
 	st := Stats{Commands: map[string]Command{}}
 	for line := range strings.Lines(text) {
