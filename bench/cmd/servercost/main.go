@@ -14,6 +14,14 @@
 // length, divided by n, is the figure. With -annotate DIR it also leaves each
 // library's callgrind output and callgrind_annotate's inclusive listing
 // there, to see where the instructions go.
+//
+// With -waiters W (W > 1) it counts a contended key instead: W goroutines
+// take turns on one key, each holding it for -hold, until n acquisitions
+// are made in all; the figure is per acquisition, and counts what the
+// library's waiting costs the server (guard's registrations and grants, a
+// poller's failed attempts).
+//
+//	go run ./cmd/servercost -n 1000 -waiters 8 -hold 1ms -libs guard,redislock
 package main
 
 import (
@@ -28,6 +36,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -48,7 +58,13 @@ func run() error {
 	libs := flag.String("libs", strings.Join(locks.Names(), ","), "libraries to measure, comma-separated")
 	annotate := flag.String("annotate", "", "directory to keep callgrind's output and an inclusive annotation in")
 	out := flag.String("out", "", "also write the table, with how it was measured, to this Markdown file")
+	waiters := flag.Int("waiters", 1, "goroutines taking turns on the key; above 1, the figure is per contended acquisition")
+	hold := flag.Duration("hold", time.Millisecond, "how long each contended acquisition holds the key (with -waiters above 1)")
 	flag.Parse()
+	if *waiters < 1 || *hold < 0 {
+		return errors.New("-waiters must be at least 1 and -hold not negative")
+	}
+	load := workload{n: *n, waiters: *waiters, hold: *hold}
 	if *n <= 0 {
 		return errors.New("-n must be positive")
 	}
@@ -62,11 +78,15 @@ func run() error {
 			return err
 		}
 	}
-	fmt.Printf("%-10s %12s %14s %12s\n", "library", "Ir/op", "window Ir", "idle Ir")
+	unit := "Ir/op"
+	if load.waiters > 1 {
+		unit = "Ir/acq"
+	}
+	fmt.Printf("%-10s %12s %14s %12s\n", "library", unit, "window Ir", "idle Ir")
 	names := strings.Split(*libs, ",")
 	results := make([]result, len(names))
 	for i, name := range names {
-		r, err := measure(name, *n, *annotate)
+		r, err := measure(name, load, *annotate)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -74,38 +94,107 @@ func run() error {
 		fmt.Printf("%-10s %12.0f %14d %12d\n", name, r.perOp, r.window, r.idle)
 	}
 	if *out != "" {
-		return os.WriteFile(*out, markdown(names, results, *n), 0o644)
+		return os.WriteFile(*out, markdown(names, results, load), 0o644)
 	}
 	return nil
 }
 
 // markdown is the table with the run's date, server version and command.
-func markdown(names []string, results []result, n int) []byte {
+func markdown(names []string, results []result, load workload) []byte {
 	var b strings.Builder
 	version, _ := exec.Command("redis-server", "--version").Output()
+	if load.waiters > 1 {
+		fmt.Fprintf(&b, "# Server instructions per contended acquisition\n\n")
+		fmt.Fprintf(&b, "Written by `go run ./cmd/servercost -n %d -waiters %d -hold %s -out FILE` (in bench/) on %s; %s.\n\n",
+			load.n, load.waiters, load.hold, time.Now().UTC().Format("2006-01-02"), strings.TrimSpace(string(version)))
+		b.WriteString("Instructions redis-server executed (valgrind's callgrind, `Ir`) while " + strconv.Itoa(load.waiters) +
+			" goroutines took turns on one key, each holding it for " + load.hold.String() + ", per acquisition: " +
+			"releases, grants, registrations and failed attempts included, less the server's idle cost over as long a time.\n\n")
+		b.WriteString("| library | instructions per acquisition | × redislock |\n| --- | ---: | ---: |\n")
+		writeRows(&b, names, results)
+		return []byte(b.String())
+	}
 	fmt.Fprintf(&b, "# Server instructions per acquire+release\n\n")
 	fmt.Fprintf(&b, "Written by `go run ./cmd/servercost -n %d -out SERVERCOST.md` (in bench/) on %s; %s.\n\n",
-		n, time.Now().UTC().Format("2006-01-02"), strings.TrimSpace(string(version)))
+		load.n, time.Now().UTC().Format("2006-01-02"), strings.TrimSpace(string(version)))
 	b.WriteString("Instructions redis-server executed (valgrind's callgrind, `Ir`), per uncontended acquire+release on one key " +
 		"from one goroutine, less the server's idle cost over as long a time. Unlike CPU time, the count does not move " +
 		"with the machine's load, so small changes to a script show. It counts what runs in the server process: the " +
 		"kernel's share of each request (reading and writing the socket) is not in it, and is about the same for every " +
 		"library, so CPU-time ratios (RESULTS.md) are smaller than these.\n\n")
+	b.WriteString("| library | instructions per acquire+release | × redislock |\n| --- | ---: | ---: |\n")
+	writeRows(&b, names, results)
+	return []byte(b.String())
+}
+
+// writeRows writes one table row per library, with its ratio to redislock
+// when redislock was measured.
+func writeRows(b *strings.Builder, names []string, results []result) {
 	base := -1.0
 	for i, name := range names {
 		if name == "redislock" {
 			base = results[i].perOp
 		}
 	}
-	b.WriteString("| library | instructions per acquire+release | × redislock |\n| --- | ---: | ---: |\n")
 	for i, name := range names {
 		ratio := "—"
 		if base > 0 {
 			ratio = fmt.Sprintf("%.2f×", results[i].perOp/base)
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %s |\n", name, results[i].perOp, ratio)
+		fmt.Fprintf(b, "| %s | %.0f | %s |\n", name, results[i].perOp, ratio)
 	}
-	return []byte(b.String())
+}
+
+// workload is what is counted: n uncontended acquire+release pairs from
+// one goroutine (waiters 1), or n acquisitions of one key that waiters
+// goroutines take turns on, each holding it for hold.
+type workload struct {
+	n, waiters int
+	hold       time.Duration
+}
+
+// run makes n acquisitions of key with lib as the workload says.
+func (w workload) run(ctx context.Context, lib locks.Lib, key string, n int) error {
+	pair := func(hold time.Duration) error {
+		le, err := lib.Lock(ctx, key)
+		if err != nil {
+			return err
+		}
+		time.Sleep(hold)
+		return le.Unlock(ctx)
+	}
+	if w.waiters == 1 {
+		for range n {
+			if err := pair(0); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var (
+		left     atomic.Int64
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	left.Store(int64(n))
+	for range w.waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for left.Add(-1) >= 0 {
+				if err := pair(w.hold); err != nil {
+					mu.Lock()
+					firstErr = errors.Join(firstErr, err)
+					mu.Unlock()
+					left.Store(0)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return firstErr
 }
 
 // idleWindow is how long the idle cost is sampled (callgrind_control is
@@ -124,7 +213,7 @@ type result struct {
 
 // measure runs one library's idle sample and window on one server under
 // callgrind.
-func measure(name string, n int, keep string) (result, error) {
+func measure(name string, load workload, keep string) (result, error) {
 	dir, err := os.MkdirTemp("", "servercost-")
 	if err != nil {
 		return result{}, err
@@ -147,17 +236,9 @@ func measure(name string, n int, keep string) (result, error) {
 		}
 	}()
 	ctx := context.Background()
-	pair := func() error {
-		le, err := lib.Lock(ctx, "servercost")
-		if err != nil {
-			return err
-		}
-		return le.Unlock(ctx)
-	}
-	for range 50 { // scripts loaded, connections open
-		if err := pair(); err != nil {
-			return result{}, err
-		}
+	// Scripts loaded, connections open (every waiter's, when contended).
+	if err := load.run(ctx, lib, "servercost", 50); err != nil {
+		return result{}, err
 	}
 	// The idle cost: the server's cron, measured before the window so that
 	// keys the library leaves to expire (guard's release markers) are
@@ -180,10 +261,8 @@ func measure(name string, n int, keep string) (result, error) {
 		return result{}, err
 	}
 	start := time.Now()
-	for range n {
-		if err := pair(); err != nil {
-			return result{}, err
-		}
+	if err := load.run(ctx, lib, "servercost", load.n); err != nil {
+		return result{}, err
 	}
 	// Collect on while the keys the window left to expire do, so that
 	// their deletion counts too.
@@ -202,7 +281,7 @@ func measure(name string, n int, keep string) (result, error) {
 		}
 	}
 	idle := int64(float64(idleRun) * float64(took) / float64(idleTook))
-	return result{perOp: float64(window-idle) / float64(n), window: window, idle: idle}, nil
+	return result{perOp: float64(window-idle) / float64(load.n), window: window, idle: idle}, nil
 }
 
 // server is one redis-server under callgrind.
