@@ -43,33 +43,32 @@ local now = 0
 -- and what the attempt decides on.
 local function holders()
   now = ms_of(t)
-  local kind = redis.call('TYPE', key)['ok']
-  if kind ~= 'hash' then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a lock')
-  end
-  local owners, latest, writer, lone, earliest = sweep(key, now)
-  local mine = redis.call('HMGET', key, owner .. ':t', owner .. ':x', 'permits')
-  if mine[1] then
+  local h = redis.pcall('HGETALL', key)
+  if failed(h) then return wrong_type(key, 'a lock') end
+  -- The fields as they are once swept: what an HMGET would read now.
+  local owners, latest, writer, lone, earliest, fields = sweep(key, now, h)
+  local token, x = fields[owner .. ':t'], fields[owner .. ':x']
+  if token then
     local ttl = tonumber(ARGV[2])
-    if mine[2] then
-      redis.call('HSET', key, owner .. ':x', math.max(tonumber(mine[2]), now + ttl))
+    if x then
+      redis.call('HSET', key, owner .. ':x', math.max(tonumber(x), now + ttl))
     end
     extend_key(key, ttl)
     if member ~= '' then redis.call('ZREM', KEYS[3], member) end
-    return {1, tonumber(mine[1])}
+    return {1, tonumber(token)}
   end
   -- Holders that disagree on the number of permits are refused, rather
   -- than let in beside holders that count differently.
-  if owners > 0 and (mine[3] or '1') ~= permits then
-    return {-1, tonumber(mine[3] or '1')}
+  if owners > 0 and (fields.permits or '1') ~= permits then
+    return {-1, tonumber(fields.permits or '1')}
   end
-  return nil, owners, latest, writer, lone, earliest
+  return nil, owners, latest, writer, lone, earliest, fields.q
 end
 
 -- busy returns the busy reply when the key cannot be taken now, having
--- registered the acquisition in the lock's queue if it will wait; nil when
--- it can be taken.
-local function busy(owners, latest, writer, earliest)
+-- registered the acquisition in the lock's queue if it will wait (and set
+-- the key's 'q' unless told, set already); nil when it can be taken.
+local function busy(owners, latest, writer, earliest, told)
   local full, until_ms = owners > 0 and (mode == 'w' or writer), latest
   if permits ~= '1' then
     -- One of n permits: busy while n owners hold one; the first to expire frees one.
@@ -80,7 +79,9 @@ local function busy(owners, latest, writer, earliest)
     local registration = 2 * tonumber(ARGV[2])
     redis.call('ZADD', KEYS[3], now + registration, member)
     extend_key(KEYS[3], registration)
-    redis.call('HSET', key, 'q', '1') -- the holders' release must tell it
+    if not told then
+      redis.call('HSET', key, 'q', '1') -- the holders' release must tell it
+    end
   end
   return {0, until_ms - now, tonumber(redis.call('GET', KEYS[2])) or 0}
 end
@@ -170,13 +171,13 @@ end
 -- A queue of another type is refused, naming it, before anything is written.
 local queued, bad = queue_size(KEYS[3])
 if not queued then return bad end
-local owners, latest, writer, lone, earliest = 0, 0, false, false, 0
+local owners, latest, writer, lone, earliest, told = 0, 0, false, false, 0, false
 if lock_exists(key, present, queued) then
   local reply
-  reply, owners, latest, writer, lone, earliest = holders()
+  reply, owners, latest, writer, lone, earliest, told = holders()
   if reply then return reply end
 end
-local refused = busy(owners, latest, writer, earliest)
+local refused = busy(owners, latest, writer, earliest, told)
 if refused then return refused end
 local token, err = mint(KEYS[2], t, fence_ttl, ARGV[2])
 if not token then return err end

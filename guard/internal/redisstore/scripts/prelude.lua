@@ -61,6 +61,12 @@ local function us_of(t)
   return t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
 end
 
+-- ms_digits returns a TIME reply in ms as a string of digits: us_of
+-- without its last three, built without a printf.
+local function ms_digits(t)
+  return string.sub(us_of(t), 1, -4)
+end
+
 -- greater reports whether digit string a is a larger integer than b; neither
 -- has leading zeros.
 local function greater(a, b)
@@ -102,13 +108,16 @@ end
 
 -- sweep removes owners whose expiry has passed on the server's clock and
 -- returns the number of live owners, the latest expiry, the writer, the
--- owner whose expiry is the key's (a lone owner; false when none), and the
--- earliest expiry (when the first permit could free).
-local function sweep(key, now)
-  local h = redis.call('HGETALL', key)
-  local writer, expiry, owners = false, {}, {}
+-- owner whose expiry is the key's (a lone owner; false when none), the
+-- earliest expiry (when the first permit could free), and the key's fields
+-- as they are once swept (field -> value). h is the key's HGETALL, when
+-- the caller read it.
+local function sweep(key, now, h)
+  h = h or redis.call('HGETALL', key)
+  local writer, expiry, owners, fields = false, {}, {}, {}
   for i = 1, #h, 2 do
     local f = h[i]
+    fields[f] = h[i + 1]
     if f == 'writer' then
       writer = h[i + 1]
     else
@@ -134,13 +143,17 @@ local function sweep(key, now)
   end
   for _, o in ipairs(dead) do
     drop_owner(key, o)
+    fields[o], fields[o .. ':r'], fields[o .. ':x'], fields[o .. ':t'], fields[o .. ':m'], fields[o .. ':i'] = nil, nil, nil, nil, nil, nil
     if o == writer then
       redis.call('HDEL', key, 'writer')
-      writer = false
+      writer, fields.writer = false, nil
     end
   end
-  if live == 0 then redis.call('DEL', key) end
-  return live, latest, writer, lone, earliest
+  if live == 0 then
+    redis.call('DEL', key)
+    fields = {}
+  end
+  return live, latest, writer, lone, earliest, fields
 end
 
 -- permit_fields returns the fields of owner o's fresh hold of one permit
@@ -251,16 +264,88 @@ local function lock_exists(key, present, queued)
   return present > 0
 end
 
+-- grant takes the free key for registration r in queue, whose expiry is
+-- at (server ms), for set_counts.lua, and reports whether it did; t is the
+-- release's TIME reply, now the same in ms. permits is the key's number of
+-- permits when other owners still hold theirs and one is free: only a
+-- registration for as many permits may take it. more says registrations
+-- remain, which the grantee's release must tell (see 'q'); a permit's key
+-- keeps the 'q' it has. A registration's kind may carry its number of
+-- permits ('g4') and its identity may follow its six fields.
+local function grant(key, queue, counter, r, at, permits, more, t, now)
+  local locker, o, kind, n, ttl, min_hold, fence_ttl, rest = string.match(r, '^(%S+) (%S+) (%a)(%d*) (%d+) (%d+) (%d+)(.*)$')
+  if kind ~= 'g' then return false end
+  if n == '' then n = '1' end
+  if permits and n ~= permits then return false end
+  local identity = string.sub(rest, 2) -- after its space; '' when none
+  -- The registration's TTL, or what is left of the registration if less:
+  -- passed on as the digits it came in when it is the TTL (most grants),
+  -- sparing the server a printf.
+  local left = ttl
+  if at - now < tonumber(ttl) then left = int(at - now) end
+  -- A counter of another type is reported to the waiter by its own attempt.
+  local token = mint(counter, t, fence_ttl, ttl)
+  if not token then return false end
+  if n ~= '1' then
+    -- A permit: beside other holders it needs an expiry of its own.
+    local keep = min_hold ~= '0' and now + tonumber(min_hold)
+    local fields = permit_fields(o, token, n, permits and now + tonumber(left), keep, identity)
+    if more then
+      table.insert(fields, 'q'); table.insert(fields, '1')
+    end
+    redis.call('HSET', key, unpack(fields))
+  elseif min_hold == '0' and not more then
+    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity)
+  elseif min_hold == '0' then
+    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity, 'q', '1')
+  elseif not more then
+    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity, o .. ':m', now + tonumber(min_hold))
+  else
+    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity, o .. ':m', now + tonumber(min_hold), 'q', '1')
+  end
+  if permits then
+    extend_key(key, tonumber(left))
+  else
+    redis.call('PEXPIRE', key, left)
+  end
+  redis.call('ZREM', queue, r)
+  redis.call(PUBLISH, channel_of(key), 'grant ' .. locker .. ' ' .. o .. ' ' .. token .. ' ' .. left)
+  return true
+end
+
+-- notify tells the acquisitions waiting in queue what a release of key did
+-- (what: 'free', 'held' or 'linger'; see set_counts.lua), t being the
+-- release's TIME reply: it drops the registrations that have expired,
+-- grants a free key to the oldest live one if it takes grants (grant),
+-- and otherwise publishes what, naming that registration's Locker ('' when
+-- none), then dropped (' <owner>' for a drop, else ''). A queue of another
+-- type, which acquire.lua reports, names nobody: a release never fails
+-- for it.
+local function notify(key, queue, counter, what, dropped, permits, t)
+  if failed(redis.pcall('ZREMRANGEBYSCORE', queue, '-inf', ms_digits(t))) then
+    redis.call(PUBLISH, channel_of(key), what .. ' ' .. dropped)
+    return
+  end
+  -- The first two: a grant to the first must know whether others remain.
+  local first = redis.call('ZRANGE', queue, 0, 1, 'WITHSCORES')
+  if first[1] and what == 'free' and grant(key, queue, counter, first[1], tonumber(first[2]), permits, first[3] ~= nil, t, ms_of(t)) then return end
+  local next = first[1] and string.match(first[1], '^%S+') or ''
+  redis.call(PUBLISH, channel_of(key), what .. ' ' .. next .. dropped)
+end
+
 -- release_lone is set_counts.lua's common case: the final release (final)
--- of a hold that is the key's alone (no expiry of its own), kept for no
--- MinHold, on a key nobody registered to wait for, got being set_counts'
--- HMGET of the owner's token and expiry, 'writer', its MinHold and 'q'.
--- It marks the release as applied (done, for marker ms) and deletes the
--- key, as let_go does, and reports whether it did; otherwise it changes
--- nothing. A drop (marker '0') is left to set_counts.lua.
-local function release_lone(key, done, marker, final, got)
-  if not final or marker == '0' or not got[1] or got[2] or got[4] or got[5] then return false end
+-- of a hold that is the key's alone (no expiry of its own) and kept for no
+-- MinHold, got being set_counts' HMGET of the owner's token and expiry,
+-- 'writer', its MinHold and 'q'. It marks the release as applied (done,
+-- for marker ms) and deletes the key, as let_go does, then, when the key's
+-- 'q' says acquisitions may wait in queue, tells them (notify), granting
+-- the key to the first if it takes grants; it reports whether it did all
+-- that, and otherwise changes nothing. A drop (marker '0') is left to
+-- set_counts.lua.
+local function release_lone(key, queue, done, counter, marker, final, got)
+  if not final or marker == '0' or not got[1] or got[2] or got[4] then return false end
   redis.call('SET', done, '1', 'PX', marker)
   redis.call('DEL', key)
+  if got[5] then notify(key, queue, counter, 'free', '', false, redis.call('TIME')) end
   return true
 end

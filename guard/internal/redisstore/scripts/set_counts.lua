@@ -44,10 +44,10 @@ local final = writes == '0' and reads == '0'
 
 local got = redis.pcall('HMGET', key, owner .. ':t', owner .. ':x', 'writer', owner .. ':m', 'q')
 if failed(got) then return wrong_type(key, 'a lock') end
--- The common case, a lone owner's final release that nobody waits for,
--- ends here, before the helpers below are made (each a closure, made
--- at every call).
-if release_lone(key, done, marker, final, got) then return 1 end
+-- The common cases, a lone owner's final release, whether acquisitions
+-- wait or not, end here, before the helpers below are made (each a
+-- closure, made at every call).
+if release_lone(key, waiting, done, counter, marker, final, got) then return 1 end
 local token, x, writer, keep, queued = got[1], got[2], got[3], got[4], got[5]
 
 -- The clock is read only when a decision needs it.
@@ -60,70 +60,14 @@ local function clock()
   return now
 end
 
--- grant takes the free key for registration r, whose expiry is at, and
--- reports whether it did. permits is the key's number of permits when
--- other owners still hold theirs and one is free: only a registration for
--- as many permits may take it. A registration's kind may carry its number
--- of permits ('g4') and its identity may follow its six fields.
-local function grant(r, at, permits, more)
-  local locker, o, kind, n, ttl, min_hold, fence_ttl, rest = string.match(r, '^(%S+) (%S+) (%a)(%d*) (%d+) (%d+) (%d+)(.*)$')
-  if kind ~= 'g' then return false end
-  if n == '' then n = '1' end
-  if permits and n ~= permits then return false end
-  local identity = string.sub(rest, 2) -- after its space; '' when none
-  local left = math.min(tonumber(ttl), at - clock())
-  -- A counter of another type is reported to the waiter by its own attempt.
-  local token = mint(counter, t, fence_ttl, ttl)
-  if not token then return false end
-  -- more: registrations remain, which the grantee's release must tell
-  -- (see 'q' in prelude.lua); a permit's key keeps the 'q' it has.
-  if n ~= '1' then
-    -- A permit: beside other holders it needs an expiry of its own.
-    local keep = min_hold ~= '0' and now + tonumber(min_hold)
-    local fields = permit_fields(o, token, n, permits and now + left, keep, identity)
-    if more then
-      table.insert(fields, 'q'); table.insert(fields, '1')
-    end
-    redis.call('HSET', key, unpack(fields))
-  elseif min_hold == '0' and not more then
-    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity)
-  elseif min_hold == '0' then
-    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity, 'q', '1')
-  elseif not more then
-    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity, o .. ':m', now + tonumber(min_hold))
-  else
-    redis.call('HSET', key, o .. ':t', token, 'writer', o, o, '1', o .. ':i', identity, o .. ':m', now + tonumber(min_hold), 'q', '1')
-  end
-  if permits then
-    extend_key(key, left)
-  else
-    redis.call('PEXPIRE', key, left)
-  end
-  redis.call('ZREM', waiting, r)
-  redis.call(PUBLISH, channel_of(key), 'grant ' .. locker .. ' ' .. o .. ' ' .. token .. ' ' .. left)
-  return true
-end
-
--- notify tells the waiting acquisitions what happened; let_go calls it
--- only when the key's 'q' says some may wait. With no queue it names
--- nobody, and skips the clock: a waiter whose registration an eviction
--- lost still hears it.
--- permits is set when one permit of a key still held is free (see grant).
-local function notify(what, permits)
+-- tell tells the waiting acquisitions what happened (prelude's notify);
+-- let_go calls it only when the key's 'q' says some may wait. A drop adds
+-- the owner it dropped.
+local function tell(what, permits)
+  clock()
   local dropped = ''
   if marker == '0' then dropped = ' ' .. owner end
-  -- No queue (or one of another type, which acquire.lua reports): the
-  -- release names nobody, and a release never fails for it.
-  if redis.call('TYPE', waiting)['ok'] ~= 'zset' then
-    redis.call(PUBLISH, channel_of(key), what .. ' ' .. dropped)
-    return
-  end
-  redis.call('ZREMRANGEBYSCORE', waiting, '-inf', clock())
-  -- The first two: a grant to the first must know whether others remain.
-  local first = redis.call('ZRANGE', waiting, 0, 1, 'WITHSCORES')
-  if first[1] and what == 'free' and grant(first[1], tonumber(first[2]), permits, first[3] ~= nil) then return end
-  local next = first[1] and string.match(first[1], '^%S+') or ''
-  redis.call(PUBLISH, channel_of(key), what .. ' ' .. next .. dropped)
+  notify(key, waiting, counter, what, dropped, permits, t)
 end
 
 -- gone answers for a hold that is not there, or has expired: a retried
@@ -177,13 +121,13 @@ local function leave(writer, queued)
   end
   if not queued then return 1 end
   if redis.call('EXISTS', key) == 0 then
-    notify('free')
+    tell('free')
   elseif permits then
     -- One permit freed while others keep theirs: it goes to one waiter.
-    notify('free', permits)
+    tell('free', permits)
   else
     -- Others still hold it; the first waiter re-reads how long they may.
-    notify('held')
+    tell('held')
   end
   return 1
 end
@@ -199,13 +143,13 @@ local function let_go(x, writer, keep, queued)
     redis.call('HDEL', key, owner, owner .. ':r')
     redis.call('HSET', key, owner .. ':x', keep)
     extend_key(key, tonumber(keep) - clock())
-    if queued then notify('linger') end
+    if queued then tell('linger') end
     return 1
   end
   if x then return leave(writer, queued) end
   -- The lone owner: the key is its alone.
   redis.call('DEL', key)
-  if queued then notify('free') end
+  if queued then tell('free') end
   return 1
 end
 
