@@ -86,6 +86,21 @@ local function busy(owners, latest, writer, earliest, told)
   return {0, until_ms - now, tonumber(redis.call('GET', KEYS[2])) or 0}
 end
 
+-- A queue of another type is refused, naming it, before anything is written.
+local queued, bad = queue_size(KEYS[3])
+if not queued then return bad end
+local owners, latest, writer, lone, earliest, told = 0, 0, false, false, 0, false
+if lock_exists(key, present, queued) then
+  local reply
+  reply, owners, latest, writer, lone, earliest, told = holders()
+  if reply then return reply end
+end
+local refused = busy(owners, latest, writer, earliest, told)
+if refused then return refused end
+
+-- The key can be taken. The helpers that take it are made only now: a
+-- busy attempt (a waiter's registration) makes none of them.
+
 -- take_permit writes a fresh hold of one permit (see prelude.lua): permit
 -- holders join one another as readers do.
 local function take_permit(token, owners, lone, waited)
@@ -168,17 +183,6 @@ local function tell_others()
   end
 end
 
--- A queue of another type is refused, naming it, before anything is written.
-local queued, bad = queue_size(KEYS[3])
-if not queued then return bad end
-local owners, latest, writer, lone, earliest, told = 0, 0, false, false, 0, false
-if lock_exists(key, present, queued) then
-  local reply
-  reply, owners, latest, writer, lone, earliest, told = holders()
-  if reply then return reply end
-end
-local refused = busy(owners, latest, writer, earliest, told)
-if refused then return refused end
 local token, err = mint(KEYS[2], t, fence_ttl, ARGV[2])
 if not token then return err end
 -- queued counted this acquisition's own registration, if it had one.
