@@ -125,7 +125,7 @@ func (s *Store) runFunction(ctx context.Context, sc *script, route string, calls
 		var waited *redis.Cmd
 		if len(calls) == 1 && !wait {
 			calls[0].reply = calls[0].cmd(ctx, "fcall", sc.fnArg)
-			_ = s.client.Process(ctx, calls[0].reply)
+			s.send(ctx, calls[0].reply)
 		} else {
 			waited = s.pipeline(ctx, calls, wait, "fcall", sc.fnArg)
 		}
@@ -166,6 +166,16 @@ func (s *Store) loadLibrary(ctx context.Context, route string) error {
 		s.scripts.noFunctions.Store(true)
 	}
 	return err
+}
+
+// send sends one command, through the batcher outside Cluster (see
+// batcher); its reply or error is the command's.
+func (s *Store) send(ctx context.Context, cmd *redis.Cmd) {
+	if s.batch != nil {
+		s.batch.process(ctx, cmd)
+		return
+	}
+	_ = s.client.Process(ctx, cmd)
 }
 
 // scriptCall is one call of a script: its command line, and once sent,
@@ -327,10 +337,10 @@ func (s *Store) runEval(ctx context.Context, sc *script, route string, calls []s
 		// One command needs no pipeline, and costs less without one.
 		c := &calls[0]
 		c.reply = c.cmd(ctx, "evalsha", sc.shaArg)
-		_ = s.client.Process(ctx, c.reply)
+		s.send(ctx, c.reply)
 		if err := c.reply.Err(); err != nil && isNoScript(err) {
 			c.reply = c.cmd(ctx, "eval", sc.srcArg)
-			_ = s.client.Process(ctx, c.reply)
+			s.send(ctx, c.reply)
 		}
 		return nil, nil
 	}

@@ -28,6 +28,7 @@ type Store struct {
 	clock   clock.Clock
 
 	scripts *scripts // publishing with SPUBLISH on Cluster
+	batch   *batcher // nil on Cluster
 
 	replicas       int // WAIT for this many replicas after acquisitions and renewals; 0: don't
 	replicaTimeout time.Duration
@@ -58,7 +59,7 @@ func New(client redis.UniversalClient, o Options) *Store {
 	if c == nil {
 		c = clock.Real{}
 	}
-	return &Store{
+	s := &Store{
 		client:         client,
 		cluster:        cc,
 		clock:          c,
@@ -69,6 +70,10 @@ func New(client redis.UniversalClient, o Options) *Store {
 		// release does not wait for replicas.
 		grants: !o.Quorum && o.Replicas == 0,
 	}
+	if cc == nil {
+		s.batch = &batcher{client: client}
+	}
+	return s
 }
 
 // Caps: one deployment bounds permits.
