@@ -220,14 +220,16 @@
 // never deletes a key under a running job. It then waits for requests still
 // on the wire, which go-redis bounds by its read timeout.
 //
-// Outside Cluster, up to eight requests of a Locker travel at once, each on
-// a connection of its own; those that come meanwhile go together, as one
-// pipeline, when the first of the eight is answered. So a busy process
-// costs Redis one read and one write per flight rather than per request,
-// and its lock requests hold no more than eight pooled connections. Each
-// is still its own atomic script call; a waiting request gives up when its
-// context is done, unsent. go-redis hooks see a shared flight as a
-// pipeline, under the context of one of its requests.
+// Outside Cluster, up to eight acquisitions and releases of a Locker
+// travel at once, each on a connection of its own; those that come
+// meanwhile go together, as one pipeline, when the first of the eight is
+// answered. So a busy process costs Redis one read and one write per
+// flight rather than per request. Each is still its own atomic script
+// call; a waiting request gives up when its context is done, unsent, and a
+// shared flight ends by the earliest deadline among its requests. go-redis
+// hooks see a shared flight as a pipeline, under the context of one of its
+// requests. Renewals, and acquisitions that wait for replicas
+// (WithReplicaAck), travel in pipelines of their own, as before.
 //
 // Every call returns when its context is done, also when the server is
 // unreachable, and also while another call of the same Locker is stuck on

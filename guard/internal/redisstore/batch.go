@@ -22,9 +22,10 @@ import (
 // requests go at once, as they did. Each request is still its own command,
 // run atomically on its own; a pipeline changes only how commands travel.
 // A waiting request gives up when its context is done, as go-redis would
-// in its pool; one in a flight is bounded by the flight's context (that of
-// the member whose deadline comes last), since a pipeline cannot drop one
-// of its commands. Cluster stores do not batch: a pipeline there may span
+// in its pool, and is not sent; one in a flight is bounded by the flight's
+// context, that of the request whose deadline comes first, so that none
+// waits past its own deadline (a pipeline cannot drop one of its
+// commands). Cluster stores do not batch: a pipeline there may span
 // nodes, and a request's script load follows its own key (see
 // runFunction).
 type batcher struct {
@@ -86,34 +87,52 @@ func (b *batcher) process(ctx context.Context, cmd *redis.Cmd) {
 		return
 	}
 	b.mu.Unlock()
-	// A flight took it, or it was made the next flight's leader: the
-	// flight goes, and others in it are answered, whoever gave up.
+	// A flight took it (it is answered when the flight lands, or dropped
+	// unsent), or it was made the next flight's leader: lead passes the
+	// lead on.
 	if <-q.wake {
 		b.lead(q)
 	}
 }
 
 // lead sends first and every request queued by now as one flight, answers
-// them, and lands the flight.
+// them, and lands the flight. A request whose context is done by then is
+// dropped, unsent; a leader whose context is done passes the lead to the
+// next request queued, so that its caller is not held up by the others'
+// flight.
 func (b *batcher) lead(first *queued) {
+	if first.ctx.Err() != nil {
+		first.cmd.SetErr(context.Cause(first.ctx))
+		b.landed()
+		return
+	}
 	b.mu.Lock()
 	batch := make([]*queued, 0, 1+len(b.queue))
 	batch = append(append(batch, first), b.queue...)
 	clear(b.queue)
 	b.queue = b.queue[:0]
 	b.mu.Unlock()
-	if len(batch) == 1 {
-		_ = b.client.Process(first.ctx, first.cmd)
-	} else {
-		ctx := latest(batch)
+	live := batch[:1:1]
+	for _, q := range batch[1:] {
+		if q.ctx.Err() != nil {
+			q.cmd.SetErr(context.Cause(q.ctx))
+			continue
+		}
+		live = append(live, q)
+	}
+	switch len(live) {
+	case 1:
+		_ = b.client.Process(live[0].ctx, live[0].cmd)
+	default:
 		pipe := b.client.Pipeline()
-		for _, q := range batch {
+		ctx := earliest(live)
+		for _, q := range live {
 			_ = pipe.Process(ctx, q.cmd)
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
-		for _, q := range batch[1:] {
-			q.wake <- false
-		}
+	}
+	for _, q := range batch[1:] {
+		q.wake <- false
 	}
 	b.landed()
 }
@@ -133,18 +152,15 @@ func (b *batcher) landed() {
 	next.wake <- true
 }
 
-// latest returns the context, among a flight's requests, whose deadline
-// comes last (one without a deadline before any): the flight must not end
-// before a request that still waits for it would give up.
-func latest(batch []*queued) context.Context {
+// earliest returns the context, among a flight's requests, whose deadline
+// comes first (one without a deadline after any): no request may wait for
+// its flight past its own deadline, as it would not alone.
+func earliest(batch []*queued) context.Context {
 	ctx := batch[0].ctx
-	last, bounded := ctx.Deadline()
+	first, bounded := ctx.Deadline()
 	for _, q := range batch[1:] {
-		if !bounded {
-			break
-		}
-		if d, ok := q.ctx.Deadline(); !ok || d.After(last) {
-			ctx, last, bounded = q.ctx, d, ok
+		if d, ok := q.ctx.Deadline(); ok && (!bounded || d.Before(first)) {
+			ctx, first, bounded = q.ctx, d, true
 		}
 	}
 	return ctx

@@ -211,8 +211,8 @@ func TestBatchedCommandFailsAlone(t *testing.T) {
 	}
 }
 
-// A flight lasts as long as the member that would wait longest.
-func TestFlightContextIsTheLatestDeadline(t *testing.T) {
+// A flight's context is its requests' whose deadline comes first.
+func TestFlightContextIsTheEarliestDeadline(t *testing.T) {
 	base := context.Background()
 	soon, cancel1 := context.WithTimeout(base, time.Second)
 	defer cancel1()
@@ -223,17 +223,72 @@ func TestFlightContextIsTheLatestDeadline(t *testing.T) {
 		batch []context.Context
 		want  context.Context
 	}{
-		{"first latest", []context.Context{later, soon}, later},
-		{"last latest", []context.Context{soon, soon, later}, later},
-		{"one unbounded", []context.Context{soon, base, later}, base},
-		{"first unbounded", []context.Context{base, later}, base},
+		{"first earliest", []context.Context{soon, later}, soon},
+		{"last earliest", []context.Context{later, later, soon}, soon},
+		{"unbounded ones last", []context.Context{base, later, base}, later},
+		{"all unbounded", []context.Context{base, base}, base},
 	} {
 		batch := make([]*queued, len(tc.batch))
 		for i, ctx := range tc.batch {
 			batch[i] = &queued{ctx: ctx}
 		}
-		if got := latest(batch); got != tc.want {
+		if got := earliest(batch); got != tc.want {
 			t.Errorf("%s: got a context with deadline %v", tc.name, fmt.Sprint(got.Deadline()))
 		}
 	}
+}
+
+// A flight ends by the first deadline among its requests: none waits for it
+// past its own, as none would alone (with ContextTimeoutEnabled, go-redis
+// ends a read at its context's deadline).
+func TestFlightEndsByItsEarliestDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := faultproxy.New(t, srv.Addr())
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), PoolSize: 4 * maxFlights, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	s := New(c, Options{})
+	if _, err := s.Acquire(t.Context(), store.KeysFor("guard:", "warm-up"), store.AcquireArgs{Owner: "W", TTL: time.Minute, Write: true}); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Blackhole(true)
+	// maxFlights requests fill the flights; one of them times out at
+	// 200ms, the others at 3s. The two queued behind them then share the
+	// flight that lands first: the first of the two is to end at 700ms,
+	// the second at 3s.
+	deadlines := make([]time.Duration, maxFlights+2)
+	for i := range maxFlights {
+		deadlines[i] = 3 * time.Second
+	}
+	deadlines[0] = 200 * time.Millisecond
+	deadlines[maxFlights], deadlines[maxFlights+1] = 700*time.Millisecond, 3*time.Second
+	start := time.Now()
+	took := make([]time.Duration, len(deadlines))
+	errs := make([]error, len(deadlines))
+	var wg sync.WaitGroup
+	for i, d := range deadlines {
+		if i == maxFlights {
+			time.Sleep(50 * time.Millisecond) // the flights are out
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(t.Context(), d)
+			defer cancel()
+			_, errs[i] = s.Acquire(ctx, store.KeysFor("guard:", fmt.Sprint("e", i)), store.AcquireArgs{Owner: "O", TTL: time.Minute, Write: true})
+			took[i] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	for i := range deadlines {
+		if errs[i] == nil {
+			t.Errorf("request %d answered through a black hole", i)
+		}
+	}
+	if last := took[maxFlights+1]; last > 2*time.Second {
+		t.Errorf("the queued request with the later deadline returned after %v, past its flight's first deadline (about 750ms)", last)
+	}
+	if first := took[maxFlights]; first > 1500*time.Millisecond {
+		t.Errorf("the queued request with the earlier deadline returned after %v, past its deadline (about 750ms)", first)
+	}
+	t.Logf("returned after %v", took)
 }
