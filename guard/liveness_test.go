@@ -453,3 +453,62 @@ func TestDetachedReleaseIsBoundedByTheRequestTimeout(t *testing.T) {
 		})
 	}
 }
+
+// More calls than a Locker sends at once (the rest wait to share a flight)
+// are stuck behind a black hole: each returns when its context is done,
+// whether its request was sent or waited, and Close returns once the link
+// is back.
+func TestManyStuckCallsReturnWhenTheirContextsAreDone(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := faultproxy.New(t, srv.Addr())
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), PoolSize: 64})
+	t.Cleanup(func() { _ = client.Close() })
+	l, err := guard.New(client, guard.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	le := mustAcquire(t, t.Context(), l, "warm-up")
+	if err := le.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Blackhole(true)
+	const calls = 40 // five times the eight a Locker sends at once
+	took := make([]time.Duration, calls)
+	errs := make([]error, calls)
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(t.Context(), callBudget)
+			defer cancel()
+			start := time.Now()
+			var le *guard.Lease
+			le, errs[i] = l.Acquire(ctx, fmt.Sprint("stuck-", i))
+			took[i] = time.Since(start)
+			if le != nil {
+				_ = le.Release(t.Context())
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range calls {
+		if errs[i] == nil {
+			t.Errorf("call %d acquired through a black hole", i)
+		}
+		if took[i] > returnBound {
+			t.Errorf("call %d returned %v after it was called with a %v context, want within %v", i, took[i].Round(time.Millisecond), callBudget, returnBound)
+		}
+	}
+	proxy.Blackhole(false)
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close did not return within 15s of the link's return")
+	}
+}
