@@ -81,20 +81,23 @@ func slowStore(t *testing.T, latency time.Duration) (*Store, *redis.Client, *fli
 	return s, srv.Client(t), log
 }
 
-// acquireAll acquires n distinct keys at once, each under ctxOf(i), and
-// returns each attempt's reply and error.
-func acquireAll(s *Store, n int, ctxOf func(i int) context.Context, keyOf func(i int) string) ([]store.AcquireReply, []error) {
-	replies, errs := make([]store.AcquireReply, n), make([]error, n)
+// acquireAll acquires n distinct keys at once, each under ctxOf(i) (called
+// on the attempt's goroutine), and returns each attempt's reply and error,
+// and how long after acquireAll's start each returned.
+func acquireAll(s *Store, n int, ctxOf func(i int) context.Context, keyOf func(i int) string) ([]store.AcquireReply, []error, []time.Duration) {
+	replies, errs, took := make([]store.AcquireReply, n), make([]error, n), make([]time.Duration, n)
+	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			replies[i], errs[i] = s.Acquire(ctxOf(i), store.KeysFor("guard:", keyOf(i)), store.AcquireArgs{Owner: "O" + strconv.Itoa(i), TTL: time.Minute, Write: true})
+			took[i] = time.Since(start)
 		}()
 	}
 	wg.Wait()
-	return replies, errs
+	return replies, errs, took
 }
 
 // Requests that come while maxFlights are in flight go together in the
@@ -102,7 +105,7 @@ func acquireAll(s *Store, n int, ctxOf func(i int) context.Context, keyOf func(i
 func TestBatcherSendsWhatWaitsInOneFlight(t *testing.T) {
 	s, direct, log := slowStore(t, 40*time.Millisecond)
 	const n = maxFlights + 12
-	replies, errs := acquireAll(s, n, func(int) context.Context { return t.Context() }, func(i int) string { return fmt.Sprint("k", i) })
+	replies, errs, _ := acquireAll(s, n, func(int) context.Context { return t.Context() }, func(i int) string { return fmt.Sprint("k", i) })
 	seen := map[int64]bool{}
 	for i := range n {
 		if errs[i] != nil || !replies[i].Acquired {
@@ -140,8 +143,6 @@ func TestBatcherSendsWhatWaitsInOneFlight(t *testing.T) {
 func TestBatcherWaitingRequestGivesUp(t *testing.T) {
 	s, direct, _ := slowStore(t, 150*time.Millisecond)
 	const n = maxFlights + 1
-	start := time.Now()
-	var late time.Duration
 	ctxOf := func(i int) context.Context {
 		if i < maxFlights {
 			return t.Context()
@@ -153,20 +154,8 @@ func TestBatcherWaitingRequestGivesUp(t *testing.T) {
 		return ctx
 	}
 	keyOf := func(i int) string { return fmt.Sprint("g", i) }
-	replies, errs := make([]store.AcquireReply, n), make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx := ctxOf(i)
-			replies[i], errs[i] = s.Acquire(ctx, store.KeysFor("guard:", keyOf(i)), store.AcquireArgs{Owner: "O", TTL: time.Minute, Write: true})
-			if i == maxFlights {
-				late = time.Since(start)
-			}
-		}()
-	}
-	wg.Wait()
+	replies, errs, took := acquireAll(s, n, ctxOf, keyOf)
+	late := took[maxFlights]
 	if err := errs[maxFlights]; !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the waiting request: %+v, %v; want the context's deadline", replies[maxFlights], err)
 	}
@@ -192,7 +181,7 @@ func TestBatchedCommandFailsAlone(t *testing.T) {
 	if err := direct.Set(t.Context(), store.KeysFor("guard:", fmt.Sprint("w", wrong)).Lock, "not a lock", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	replies, errs := acquireAll(s, n, func(i int) context.Context {
+	replies, errs, _ := acquireAll(s, n, func(i int) context.Context {
 		if i >= maxFlights {
 			time.Sleep(10 * time.Millisecond) // after the first maxFlights
 		}
@@ -261,24 +250,15 @@ func TestFlightEndsByItsEarliestDeadline(t *testing.T) {
 	}
 	deadlines[0] = 200 * time.Millisecond
 	deadlines[maxFlights], deadlines[maxFlights+1] = 700*time.Millisecond, 3*time.Second
-	start := time.Now()
-	took := make([]time.Duration, len(deadlines))
-	errs := make([]error, len(deadlines))
-	var wg sync.WaitGroup
-	for i, d := range deadlines {
-		if i == maxFlights {
+	ctxOf := func(i int) context.Context {
+		if i >= maxFlights {
 			time.Sleep(50 * time.Millisecond) // the flights are out
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(t.Context(), d)
-			defer cancel()
-			_, errs[i] = s.Acquire(ctx, store.KeysFor("guard:", fmt.Sprint("e", i)), store.AcquireArgs{Owner: "O", TTL: time.Minute, Write: true})
-			took[i] = time.Since(start)
-		}()
+		ctx, cancel := context.WithTimeout(t.Context(), deadlines[i])
+		t.Cleanup(cancel)
+		return ctx
 	}
-	wg.Wait()
+	_, errs, took := acquireAll(s, len(deadlines), ctxOf, func(i int) string { return fmt.Sprint("e", i) })
 	for i := range deadlines {
 		if errs[i] == nil {
 			t.Errorf("request %d answered through a black hole", i)
