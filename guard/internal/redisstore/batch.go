@@ -42,8 +42,8 @@ type batcher struct {
 // keep a process that sends a few at once from waiting at all: measured
 // with guard on 2 cores, 8 goroutines each acquiring and releasing a key
 // of their own did as well with 8 flights as without a batcher (with 4,
-// they waited, and did 20% less), and 64 goroutines did 1.7 times as much
-// with 8 as without one (the batcher's tests and bench/RESULTS.md).
+// they waited, and did 13% less), and 64 goroutines did 1.8 times as much
+// with 8 as without one (docs/performance.md, "Many requests at once").
 const maxFlights = 8
 
 // queued is a request that waits for a flight.
