@@ -150,7 +150,7 @@ func run() error {
 	}
 	fmt.Printf("\n%-24s %s\n", "ratio", "per round")
 	for _, p := range [][2]string{{"asynqguard", "redislock"}, {"asynqguard", "asynq"}, {"redislock", "asynq"}} {
-		fmt.Printf("%-24s %s\n", p[0]+" / "+p[1], joinFloats(ratio(p[0], p[1]), "%.2f"))
+		fmt.Printf("%-24s %s\n", p[0]+" / "+p[1], measure.Join(ratio(p[0], p[1]), "%.2f", ", "))
 	}
 	fmt.Printf("\nper task, median round:\n%-11s %16s %18s %15s\n", "variant", "server commands", "redis-server CPU", "worker CPU")
 	for _, v := range variants {
@@ -269,15 +269,7 @@ func join(rs []result, format string, f func(result) float64) string {
 	for i, r := range rs {
 		xs[i] = f(r)
 	}
-	return joinFloats(xs, format)
-}
-
-func joinFloats(xs []float64, format string) string {
-	parts := make([]string, len(xs))
-	for i, x := range xs {
-		parts[i] = fmt.Sprintf(format, x)
-	}
-	return strings.Join(parts, ", ")
+	return measure.Join(xs, format, ", ")
 }
 
 // quietLogger discards asynq's log.

@@ -55,7 +55,7 @@ func main() {
 type variant struct {
 	name    string
 	handler http.Handler
-	trips   *roundTrips // nil: no Redis
+	trips   *measure.Counter // nil: no Redis
 }
 
 func run() error {
@@ -127,7 +127,7 @@ func run() error {
 			cpu0 := measure.ProcessCPU()
 			var trips0 int64
 			if v.trips != nil {
-				trips0 = v.trips.n.Load()
+				trips0 = v.trips.Read().RoundTrips
 			}
 			n, err := load(svc.client, svc.url(v), fmt.Sprintf("r%d-%s", r, v.name), *conc, *duration)
 			if err != nil {
@@ -147,7 +147,7 @@ func run() error {
 				printStats(v.name, before, after, n)
 			}
 			if v.trips != nil {
-				c.trips += v.trips.n.Load() - trips0
+				c.trips += v.trips.Read().RoundTrips - trips0
 			}
 			rates[v.name] = append(rates[v.name], float64(n)/duration.Seconds())
 		}
@@ -155,7 +155,7 @@ func run() error {
 
 	fmt.Printf("\n%-10s %s\n", "variant", "requests/s per round")
 	for _, v := range variants {
-		fmt.Printf("%-10s %s\n", v.name, join(rates[v.name], "%.0f"))
+		fmt.Printf("%-10s %s\n", v.name, measure.Join(rates[v.name], "%.0f", "  "))
 	}
 	ratio := func(a, b string) []float64 {
 		out := make([]float64, *rounds)
@@ -165,9 +165,9 @@ func run() error {
 		return out
 	}
 	fmt.Printf("\n%-24s %s\n", "ratio", "per round")
-	fmt.Printf("%-24s %s\n", "httpguard / redislock", join(ratio("httpguard", "redislock"), "%.2f"))
-	fmt.Printf("%-24s %s\n", "httpguard / none", join(ratio("httpguard", "none"), "%.2f"))
-	fmt.Printf("%-24s %s\n", "redislock / none", join(ratio("redislock", "none"), "%.2f"))
+	fmt.Printf("%-24s %s\n", "httpguard / redislock", measure.Join(ratio("httpguard", "redislock"), "%.2f", "  "))
+	fmt.Printf("%-24s %s\n", "httpguard / none", measure.Join(ratio("httpguard", "none"), "%.2f", "  "))
+	fmt.Printf("%-24s %s\n", "redislock / none", measure.Join(ratio("redislock", "none"), "%.2f", "  "))
 	fmt.Printf("\nper request, all rounds:\n%-10s %12s %16s %18s %20s\n", "variant", "round trips", "server commands", "redis-server CPU", "service+client CPU")
 	for _, v := range variants {
 		c := costs[v.name]
@@ -197,10 +197,10 @@ func newService(addr string, poolSize, conc int) (*service, error) {
 		_, _ = io.WriteString(w, "ok")
 	})
 	lockClient := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize})
-	lockTrips := &roundTrips{}
+	lockTrips := new(measure.Counter)
 	lockClient.AddHook(lockTrips)
 	guardClient := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize})
-	guardTrips := &roundTrips{}
+	guardTrips := new(measure.Counter)
 	guardClient.AddHook(guardTrips)
 	s.closers = append(s.closers, lockClient.Close, guardClient.Close)
 	locker, err := guard.New(guardClient)
@@ -323,34 +323,4 @@ func commands(st redisproc.Stats) int64 {
 		n += cmd.Calls
 	}
 	return n
-}
-
-func join(xs []float64, format string) string {
-	parts := make([]string, len(xs))
-	for i, x := range xs {
-		parts[i] = fmt.Sprintf(format, x)
-	}
-	return strings.Join(parts, "  ")
-}
-
-// roundTrips is a go-redis hook that counts requests: each command sent
-// alone and each pipeline, except a new connection's handshake.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name != "hello" && name != "client" {
-			r.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		r.n.Add(1)
-		return next(ctx, cmds)
-	}
 }

@@ -4,8 +4,10 @@
 package measure
 
 import (
+	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -57,4 +59,14 @@ func Ratio(a, b float64) float64 {
 		return 0
 	}
 	return a / b
+}
+
+// Join formats each of xs with format and joins them with sep: a row of
+// per-round figures.
+func Join(xs []float64, format, sep string) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf(format, x)
+	}
+	return strings.Join(parts, sep)
 }
