@@ -10,23 +10,36 @@ import (
 )
 
 // runner runs requests for await, and reports that must not hold up the
-// heartbeat, on a few long-lived goroutines, started
-// lazily and stopped by Close. A fresh goroutine per request would grow its
-// stack through go-redis's call depth every time, which costs more than the
-// request's own client-side work. When every worker is busy (requests stuck
-// on a dead link), a request gets a goroutine of its own, so nothing queues
-// behind a stuck one.
+// heartbeat, on long-lived goroutines, started lazily and stopped by Close.
+// A fresh goroutine per request would grow its stack through go-redis's
+// call depth every time, which costs more than the request's own
+// client-side work: so a worker started when every other was busy stays
+// while work keeps coming, and ends after idle without any. When every
+// worker is busy (requests stuck on a dead link), a request gets a
+// goroutine of its own, so nothing queues behind a stuck one.
 type runner struct {
 	mu      sync.Mutex
 	work    chan job // unbuffered: a send succeeds only to an idle worker
-	started int
+	started int      // workers running
 	stopped bool
 	wg      sync.WaitGroup
+	idle    time.Duration // how long a worker beyond the core ones waits for work; 0: runnerIdle
 }
 
-// runnerWorkers is how many goroutines wait for requests; more than that run
-// on goroutines of their own.
-const runnerWorkers = 2
+const (
+	// runnerCore is how many workers, once started, wait for requests until
+	// Close.
+	runnerCore = 2
+	// runnerMax bounds the workers. It is the batcher's flights (eight per
+	// Store) several times over: a service that sends that many requests
+	// at once pays the stack growth once per worker, not per request.
+	runnerMax = 64
+	// runnerIdle is how long a worker beyond the core ones waits for
+	// another request before it ends: long enough to carry a burst of
+	// requests to the next, short enough that a Locker idle after a burst
+	// keeps only its core workers.
+	runnerIdle = time.Second
+)
 
 // job is work for the runner. A type with a run method is one, so a
 // request's record can be handed over as it is, where a closure over it
@@ -58,7 +71,8 @@ func (r *runner) startJob(j job) bool {
 		return true
 	default:
 	}
-	worker := r.started < runnerWorkers
+	worker := r.started < runnerMax
+	core := r.started < runnerCore
 	if worker {
 		r.started++
 	}
@@ -68,13 +82,43 @@ func (r *runner) startJob(j job) bool {
 	go func() {
 		defer r.wg.Done()
 		j.run()
-		if worker {
+		switch {
+		case core:
 			for j := range work {
 				j.run()
 			}
+		case worker:
+			r.serve(work)
 		}
 	}()
 	return true
+}
+
+// serve runs the jobs sent to work until work is closed or none comes for
+// the runner's idle time; a worker beyond the core ones runs it.
+func (r *runner) serve(work <-chan job) {
+	idle := r.idle
+	if idle == 0 {
+		idle = runnerIdle
+	}
+	t := time.NewTimer(idle)
+	defer t.Stop()
+	for {
+		select {
+		case j, ok := <-work:
+			if !ok {
+				return
+			}
+			j.run()
+			t.Reset(idle)
+		case <-t.C:
+			// Not receiving any more: no send can reach this worker now.
+			r.mu.Lock()
+			r.started--
+			r.mu.Unlock()
+			return
+		}
+	}
 }
 
 // stop ends the workers once they are idle and waits for every request.

@@ -3,6 +3,9 @@ package guard
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -186,5 +189,124 @@ func TestDeadlineCtxHidesDetachedCancellation(t *testing.T) {
 	}
 	if detached(context.Background()) != context.Background() {
 		t.Fatal("detached(Background) allocated a context")
+	}
+}
+
+// workers returns how many workers r runs.
+func (r *runner) workers() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.started
+}
+
+// goroutineID returns the calling goroutine's number, as a stack trace
+// names it.
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	id, _, _ := strings.Cut(strings.TrimPrefix(string(buf), "goroutine "), " ")
+	return id
+}
+
+// burst runs n jobs on r at once, each held until all n have started, and
+// returns the goroutines they ran on.
+func burst(t *testing.T, r *runner, n int) map[string]bool {
+	t.Helper()
+	var (
+		mu      sync.Mutex
+		ids     = make(map[string]bool)
+		running sync.WaitGroup
+		done    sync.WaitGroup
+	)
+	running.Add(n)
+	done.Add(n)
+	release := make(chan struct{})
+	for range n {
+		if !r.start(func() {
+			defer done.Done()
+			mu.Lock()
+			ids[goroutineID()] = true
+			mu.Unlock()
+			running.Done()
+			<-release
+		}) {
+			t.Fatal("start refused a job before stop")
+		}
+	}
+	running.Wait() // every job runs at once: none waited for another
+	close(release)
+	done.Wait()
+	if len(ids) != n {
+		t.Fatalf("%d jobs held at once ran on %d goroutines", n, len(ids))
+	}
+	return ids
+}
+
+// waitForIdleWorkers waits until n of the runner's goroutines wait for
+// work: a job that ended has not yet put its worker back to waiting.
+func waitForIdleWorkers(t *testing.T, n int) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for stop := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		idle := 0
+		for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			waiting := strings.Contains(g, "[select") || strings.Contains(g, "[chan receive")
+			if waiting && strings.Contains(g, "guard.(*runner).") && !strings.Contains(g, "burst") {
+				idle++
+			}
+		}
+		if idle >= n {
+			return
+		}
+		if time.Now().After(stop) {
+			t.Fatalf("%d workers wait for work after 10s, want %d", idle, n)
+		}
+	}
+}
+
+// Workers started for a burst of requests carry the next burst: its
+// requests run on the same goroutines, whose stacks have grown already.
+// Once no work comes for the idle time, those beyond the core ones end.
+func TestRunnerWorkersCarryTheNextBurst(t *testing.T) {
+	r := &runner{idle: time.Hour}
+	t.Cleanup(r.stop)
+	first := burst(t, r, 10)
+	if got := r.workers(); got != 10 {
+		t.Fatalf("%d workers after a burst of 10", got)
+	}
+	waitForIdleWorkers(t, 10)
+	second := burst(t, r, 10)
+	for id := range second {
+		if !first[id] {
+			t.Fatalf("the second burst ran on goroutine %s, not one of the first's %v", id, first)
+		}
+	}
+
+	brief := &runner{idle: 20 * time.Millisecond}
+	t.Cleanup(brief.stop)
+	burst(t, brief, 10)
+	for stop := time.Now().Add(10 * time.Second); brief.workers() != runnerCore; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(stop) {
+			t.Fatalf("%d workers 10s after the burst, want the %d core ones", brief.workers(), runnerCore)
+		}
+	}
+	waitForIdleWorkers(t, runnerCore)
+	burst(t, brief, 10) // the pool grows again
+	if got := brief.workers(); got != 10 {
+		t.Fatalf("%d workers after a second burst of 10", got)
+	}
+}
+
+// Beyond runnerMax workers, requests still run at once, each on a
+// goroutine of its own that ends with it; stop waits for all of them.
+func TestRunnerBeyondItsWorkers(t *testing.T) {
+	r := &runner{idle: time.Hour}
+	burst(t, r, runnerMax+6)
+	if got := r.workers(); got != runnerMax {
+		t.Fatalf("%d workers, want at most %d", got, runnerMax)
+	}
+	r.stop()
+	if r.start(func() { t.Error("ran after stop") }) {
+		t.Fatal("start after stop reported that it ran the job")
 	}
 }
