@@ -55,6 +55,12 @@ func TestFenceTTL(t *testing.T) {
 	if ttl := client.PTTL(t.Context(), "guard:{once}:fence").Val(); ttl <= 0 || ttl > time.Minute {
 		t.Fatalf("counter PTTL %v with FenceTTL(1m), want (0, 1m]", ttl)
 	}
+	// A fresh counter outlives the lease it was minted for: a FenceTTL
+	// shorter than the TTL gives way to the TTL.
+	mustRelease(t, mustAcquire(t, t.Context(), l, "short", guard.FenceTTL(time.Second), guard.TTL(time.Minute)))
+	if ttl := client.PTTL(t.Context(), "guard:{short}:fence").Val(); ttl <= 59*time.Second || ttl > time.Minute {
+		t.Fatalf("counter PTTL %v with FenceTTL(1s) and TTL(1m), want the TTL", ttl)
+	}
 	// A counter that was persistent stays persistent: its tokens must keep rising.
 	mustRelease(t, mustAcquire(t, t.Context(), l, "kept", guard.FenceTTL(time.Minute)))
 	if ttl := client.PTTL(t.Context(), "guard:{kept}:fence").Val(); ttl != -1 {

@@ -330,34 +330,41 @@ func TestNilContext(t *testing.T) {
 }
 
 // A fencing counter that this package did not write is refused rather than
-// turned into a wrong token.
+// turned into a wrong token, whether the acquisition keeps the counter for
+// good or for a FenceTTL (which first tries to create it).
 func TestOddFencingCounterRefused(t *testing.T) {
 	srv, ls := newLockers(t, 1)
 	admin := srv.Client(t)
-	for _, v := range []string{"inf", "nan", "1e300", "0x10", " 12", "9007199254740993"} {
-		admin.Set(t.Context(), "guard:{odd}:fence", v, time.Hour)
-		le, err := ls[0].Acquire(t.Context(), "odd", guard.Wait(0))
-		if err == nil {
-			mustRelease(t, le)
-			t.Errorf("counter %q: token %d, want ErrWrongType", v, le.Token())
-		} else if !errors.Is(err, guard.ErrWrongType) {
-			t.Errorf("counter %q: %v, want ErrWrongType", v, err)
+	for name, opts := range map[string][]guard.LockOption{
+		"permanent": {guard.Wait(0)},
+		"FenceTTL":  {guard.Wait(0), guard.FenceTTL(time.Minute)},
+	} {
+		for _, v := range []string{"inf", "nan", "1e300", "0x10", " 12", "9007199254740993"} {
+			admin.Set(t.Context(), "guard:{odd}:fence", v, time.Hour)
+			le, err := ls[0].Acquire(t.Context(), "odd", opts...)
+			if err == nil {
+				mustRelease(t, le)
+				t.Errorf("%s, counter %q: token %d, want ErrWrongType", name, v, le.Token())
+			} else if !errors.Is(err, guard.ErrWrongType) {
+				t.Errorf("%s, counter %q: %v, want ErrWrongType", name, v, err)
+			}
+			// The refused counter is left as it was, not replaced by a token,
+			// and keeps its TTL: it is refused until it expires, not for good.
+			if got, err := admin.Get(t.Context(), "guard:{odd}:fence").Result(); err != nil || got != v {
+				t.Errorf("%s, counter %q after the refusal: %q, %v", name, v, got, err)
+			}
+			if ttl, err := admin.PTTL(t.Context(), "guard:{odd}:fence").Result(); err != nil || ttl <= 59*time.Minute {
+				t.Errorf("%s, counter %q after the refusal: PTTL %v, %v; want the hour it had", name, v, ttl, err)
+			}
 		}
-		// The refused counter is left as it was, not replaced by a token,
-		// and keeps its TTL: it is refused until it expires, not for good.
-		if got, err := admin.Get(t.Context(), "guard:{odd}:fence").Result(); err != nil || got != v {
-			t.Errorf("counter %q after the refusal: %q, %v", v, got, err)
+		admin.Del(t.Context(), "guard:{odd}:fence")
+		admin.RPush(t.Context(), "guard:{odd}:fence", "x")
+		if _, err := ls[0].Acquire(t.Context(), "odd", opts...); !errors.Is(err, guard.ErrWrongType) {
+			t.Errorf("%s, counter of type list: %v, want ErrWrongType", name, err)
 		}
-		if ttl, err := admin.PTTL(t.Context(), "guard:{odd}:fence").Result(); err != nil || ttl <= 0 {
-			t.Errorf("counter %q after the refusal: PTTL %v, %v; want the hour it had", v, ttl, err)
+		if n, err := admin.LLen(t.Context(), "guard:{odd}:fence").Result(); err != nil || n != 1 {
+			t.Errorf("%s, list counter after the refusal: %d elements, %v", name, n, err)
 		}
-	}
-	admin.Del(t.Context(), "guard:{odd}:fence")
-	admin.RPush(t.Context(), "guard:{odd}:fence", "x")
-	if _, err := ls[0].Acquire(t.Context(), "odd", guard.Wait(0)); !errors.Is(err, guard.ErrWrongType) {
-		t.Errorf("counter of type list: %v, want ErrWrongType", err)
-	}
-	if n, err := admin.LLen(t.Context(), "guard:{odd}:fence").Result(); err != nil || n != 1 {
-		t.Errorf("list counter after the refusal: %d elements, %v", n, err)
+		admin.Del(t.Context(), "guard:{odd}:fence")
 	}
 }

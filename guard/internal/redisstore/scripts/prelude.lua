@@ -180,19 +180,26 @@ local function extend_key(key, ms)
   if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
 end
 
--- counter_of reads a fencing counter: its digits, false when there is
--- none, or nil and an error reply when the key holds anything else: "inf",
--- "1e300" or a number beyond what a double holds exactly would make the
--- next token wrong.
-local function counter_of(counter)
-  local last = redis.pcall('GET', counter)
-  if failed(last) then return nil, wrong_type(counter, 'a fencing counter') end
-  if not last then return false end
+-- digits_of reads last, what fencing counter key counter held: its digits,
+-- or nil and an error reply when it is not a counter: "inf", "1e300" or a
+-- number beyond what a double holds exactly would make the next token
+-- wrong.
+local function digits_of(counter, last)
   local digits = string.match(last, '^0*(%d+)$')
   if not (digits and not greater(digits, '9007199254740991')) then
     return nil, redis.error_reply('WRONGTYPE ' .. counter .. ' is not a fencing counter (holds ' .. string.sub(last, 1, 32) .. ')')
   end
   return digits
+end
+
+-- counter_of reads a fencing counter: its digits, false when there is
+-- none, or nil and an error reply when the key holds anything else (see
+-- digits_of).
+local function counter_of(counter)
+  local last = redis.pcall('GET', counter)
+  if failed(last) then return nil, wrong_type(counter, 'a fencing counter') end
+  if not last then return false end
+  return digits_of(counter, last)
 end
 
 -- mint returns the next fencing token from the counter, t being a TIME
@@ -204,17 +211,37 @@ end
 -- otherwise a counter that is not already permanent lives at least that
 -- long, and at least ttl ms, from now.
 local function mint(counter, t, fence_ttl, ttl)
-  local digits, err = counter_of(counter)
-  if digits == nil then return false, err end
   local token = us_of(t)
+  local last = false
+  if fence_ttl ~= '0' then
+    -- A counter that is not there (a key per task or request, the usual
+    -- FenceTTL key) is written with its TTL in one command; one that is
+    -- there is left as it is and read (NX with GET, Redis 7.0 and later).
+    local ms = fence_ttl
+    if tonumber(ttl) > tonumber(fence_ttl) then ms = ttl end
+    last = redis.pcall('SET', counter, token, 'NX', 'PX', ms, 'GET')
+    if not last then return token end
+    if failed(last) then
+      if string.sub(last.err, 1, 9) == 'WRONGTYPE' then
+        return false, wrong_type(counter, 'a fencing counter')
+      end
+      last = nil -- an older server: NX with GET is a syntax error there
+    end
+  end
+  local digits, err
+  if last then
+    digits, err = digits_of(counter, last)
+  else
+    digits, err = counter_of(counter)
+  end
+  if digits == nil then return false, err end
   if digits and not greater(token, digits) then
     token = int(tonumber(digits) + 1)
   end
   if fence_ttl == '0' then
     redis.call('SET', counter, token) -- drops any TTL: permanent from now on
   else
-    -- A counter that is not there has no TTL to keep (a key per task or
-    -- request, the usual FenceTTL key, has none yet).
+    -- A counter that is not there has no TTL to keep.
     local left = -2
     if digits then left = redis.call('PTTL', counter) end
     if left == -1 then

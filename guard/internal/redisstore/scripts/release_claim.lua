@@ -18,14 +18,12 @@
 -- newer token, which the claim's check would then find.
 -- A retry whose first try stored the value, and then granted the key to a
 -- waiter (a newer token), finds the claim holding it: stored, by this
--- holder, whatever the counter says now.
-local counter
-local held = redis.pcall('GET', KEYS[2])
-if held == ARGV[2] then
+-- holder, whatever the counter says now. The claim is read only then: in
+-- the common case the counter holds the token, and claim_fenced stores.
+local counter = claim_fenced({KEYS[1], KEYS[2]}, {ARGV[1], ARGV[2], ARGV[3]})
+if counter ~= tonumber(ARGV[1]) and redis.pcall('GET', KEYS[2]) == ARGV[2] then
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
   counter = tonumber(ARGV[1])
-else
-  counter = claim_fenced({KEYS[1], KEYS[2]}, {ARGV[1], ARGV[2], ARGV[3]})
 end
 local outcome = set_counts({unpack(KEYS, 3)}, {unpack(ARGV, 4)})
 if failed(outcome) then return outcome end
