@@ -124,13 +124,12 @@ func (h *hold) sendCounts(obsCtx context.Context, writes, reads int) (store.Outc
 	backoff := releaseBackoff
 	for {
 		start := l.clock.Now()
-		// Through await, so that a try ends at the deadline even while
-		// go-redis waits on a read it does not interrupt; a try that is
-		// given up on may still land, and the next update (they set
-		// counts, not add) or the hold's expiry corrects it.
-		res, err := await(ctx, l, func(ctx context.Context) (store.Outcome, error) {
+		// A try that is given up on at the deadline (see try) may still
+		// land, and the next update (they set counts, not add) or the
+		// hold's expiry corrects it.
+		res, err := try(ctx, l, func(ctx context.Context) (store.Outcome, error) {
 			return l.store.SetCounts(ctx, h.keys, a)
-		}, nil)
+		})
 		l.obs.Event(obsCtx, observe.RoundTrip, observe.Info{Op: "release", Key: h.key, Name: h.name, Duration: l.clock.Now().Sub(start), Err: err})
 		if err == nil {
 			return res, nil

@@ -207,8 +207,11 @@
 //
 // # Lifecycle
 //
-// A Locker runs two heartbeat goroutines from New until Close, up to two
-// goroutines that carry requests (started on first use), and one
+// A Locker runs two heartbeat goroutines from New until Close, two
+// goroutines that carry requests (started on first use) and, while requests
+// come faster than those carry them, up to 62 more, each of which ends after
+// a second without one, so that a burst's requests run on goroutines whose
+// stacks have grown already; and one
 // subscription connection while any acquisition waits (on Cluster, one per
 // hash slot with waiting acquisitions, since go-redis resubscribes a
 // connection's channels in one SSUBSCRIBE, which must not cross slots; one
@@ -246,7 +249,13 @@
 // on without it; called with a context that is already done (a deferred
 // Release after shutdown canceled the job's context), it waits for the
 // answer up to the request timeout. WithLock returns once its release is
-// answered, bounded the same way.
+// answered, bounded the same way. The release itself is sent by a
+// goroutine of the Locker; on a client that ends its reads and writes by
+// itself (go-redis's read and write timeouts, on by default, or
+// ContextTimeoutEnabled) that goroutine waits for the answer, up to the
+// later of the request timeout and the client's timeout; on one without
+// them, a goroutine of its own waits, and the sender gives up at the
+// request timeout.
 //
 // # Errors
 //

@@ -2,8 +2,11 @@ package guard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -510,5 +513,50 @@ func TestManyStuckCallsReturnWhenTheirContextsAreDone(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("Close did not return within 15s of the link's return")
+	}
+}
+
+// A release's sender gives up on a try at the request timeout, whether
+// go-redis ends its reads by itself or not: with the client's timeouts on,
+// the try runs on the sender's goroutine and ends at the read timeout; with
+// them off (-2: no deadline on the socket at all) it runs where the sender
+// can leave it at its deadline. Either way the hold is settled (its release
+// logged as failed) while the link is still dead.
+func TestReleaseSenderGivesUpOnADeadLink(t *testing.T) {
+	for name, opts := range map[string]redis.Options{
+		"read timeout":    {ReadTimeout: 500 * time.Millisecond, MaxRetries: -1},
+		"no socket limit": {ReadTimeout: -2, WriteTimeout: -2, MaxRetries: -1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			proxy := faultproxy.New(t, srv.Addr())
+			opts.Addr = proxy.Addr()
+			client := redis.NewClient(&opts)
+			var logged syncBuffer
+			l, err := guard.New(client, guard.WithTTL(3*time.Second), guard.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				// Close waits for the tries on the link; one that lost its
+				// request to the black hole and has no socket deadline ends
+				// only with its connection.
+				proxy.Blackhole(false)
+				_ = client.Close()
+				_ = l.Close()
+			}()
+			le := mustAcquire(t, t.Context(), l, "sender", guard.Wait(0))
+			proxy.Blackhole(true)
+			ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+			defer cancel()
+			if err := le.Release(ctx); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Release on a dead link = %v, want its context's error", err)
+			}
+			for stop := time.Now().Add(10 * time.Second); !strings.Contains(logged.String(), "release failed"); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(stop) {
+					t.Fatalf("no failed release logged 10s into a dead link (request timeout 300ms); log:\n%s", logged.String())
+				}
+			}
+		})
 	}
 }

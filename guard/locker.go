@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jobguard/jobguard/guard/internal/clock"
 	"github.com/jobguard/jobguard/guard/internal/redisstore"
@@ -36,6 +37,9 @@ type Locker struct {
 	hb     *heartbeat
 	notify *notifier
 	runner runner // runs requests that may outlive their caller's ctx
+	// boundedIO says the client ends each read and write by itself (see
+	// boundsIO), so that a request needs no goroutine of its own to end.
+	boundedIO bool
 	// deadlines ends the contexts that bound requests, on one timer.
 	deadlines deadlines
 	busy      *throttle.Throttle // which busy keys to log at Info
@@ -77,7 +81,30 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, fmt.Errorf("%w: WithReplicaAck is not supported with a Cluster client", ErrInvalid)
 	}
 	st := redisstore.New(client, redisstore.Options{Replicas: cfg.replicas, ReplicaTimeout: cfg.replicaTimeout})
-	return newLocker(st, clock.Real{}, cfg), nil
+	l := newLocker(st, clock.Real{}, cfg)
+	l.boundedIO = boundsIO(client)
+	return l, nil
+}
+
+// boundsIO reports whether go-redis ends each read and write of client by
+// itself: by its read and write timeouts, or, with ContextTimeoutEnabled,
+// by the request context's deadline (go-redis normalizes a timeout of -1
+// to 0, and one of -2, no deadline at all, to -1).
+func boundsIO(client redis.UniversalClient) bool {
+	var read, write time.Duration
+	var byContext bool
+	switch c := client.(type) {
+	case *redis.Client:
+		o := c.Options()
+		read, write, byContext = o.ReadTimeout, o.WriteTimeout, o.ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		o := c.Options()
+		read, write, byContext = o.ReadTimeout, o.WriteTimeout, o.ContextTimeoutEnabled
+	default:
+		return false
+	}
+	bounded := func(d time.Duration) bool { return d > 0 || byContext && d == 0 }
+	return bounded(read) && bounded(write)
 }
 
 // newLocker starts a Locker on a store whose configuration is valid.

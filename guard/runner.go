@@ -177,6 +177,21 @@ func await[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, e
 	return c.v, c.err
 }
 
+// try runs one try of a hold's update for its sender, a goroutine of the
+// runner already, whose caller waits for the update no longer than its own
+// context allows (countSync.await). A client that ends each read and write
+// by itself (Locker.boundedIO) ends the try too: it runs on the sender's
+// goroutine, and lasts at most until ctx's deadline or the client's read or
+// write timeout, whichever is later. Otherwise it goes through await, which
+// ends it at ctx's deadline while go-redis may wait on, say, a read of a
+// link that died.
+func try[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, error)) (T, error) {
+	if l.boundedIO {
+		return fn(ctx)
+	}
+	return await(ctx, l, fn, nil)
+}
+
 // call is one request that await hands to the runner: what it runs, its
 // context, and its result with its claim and its signal, in one
 // allocation (a channel of results would cost two, and claimed one of its

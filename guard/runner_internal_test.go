@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 type valueKey struct{}
@@ -308,5 +310,33 @@ func TestRunnerBeyondItsWorkers(t *testing.T) {
 	r.stop()
 	if r.start(func() { t.Error("ran after stop") }) {
 		t.Fatal("start after stop reported that it ran the job")
+	}
+}
+
+// A client bounds its own reads and writes unless a timeout is off and
+// its context's deadline does not stand in (see boundsIO).
+func TestBoundsIO(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    redis.Options
+		want bool
+	}{
+		{"defaults", redis.Options{}, true},
+		{"read timeout", redis.Options{ReadTimeout: time.Second}, true},
+		{"no read timeout", redis.Options{ReadTimeout: -1}, false},
+		{"no read timeout, context deadline", redis.Options{ReadTimeout: -1, WriteTimeout: -1, ContextTimeoutEnabled: true}, true},
+		{"no socket deadline", redis.Options{ReadTimeout: -2, ContextTimeoutEnabled: true}, false},
+		{"no write timeout", redis.Options{WriteTimeout: -1}, false},
+	} {
+		c := redis.NewClient(&tc.o)
+		if got := boundsIO(c); got != tc.want {
+			t.Errorf("%s: boundsIO = %v, want %v", tc.name, got, tc.want)
+		}
+		_ = c.Close()
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ReadTimeout: -2})
+	defer cc.Close()
+	if boundsIO(cc) {
+		t.Error("boundsIO of a Cluster client without socket deadlines = true")
 	}
 }

@@ -347,9 +347,9 @@ func (h *hold) sendReleaseClaim(obsCtx context.Context, cs store.ClaimHolds, val
 	backoff := releaseBackoff
 	for {
 		start := l.clock.Now()
-		rep, err := await(ctx, l, func(ctx context.Context) (store.ReleaseClaimReply, error) {
+		rep, err := try(ctx, l, func(ctx context.Context) (store.ReleaseClaimReply, error) {
 			return cs.ReleaseClaim(ctx, h.keys, claim, h.token, value, keep, a)
-		}, nil)
+		})
 		l.obs.Event(obsCtx, observe.RoundTrip, observe.Info{Op: "release", Key: h.key, Name: h.name, Duration: l.clock.Now().Sub(start), Err: err})
 		if err == nil || errors.Is(err, ErrWrongType) || ctx.Err() != nil {
 			return rep, err
