@@ -250,12 +250,13 @@
 // Release after shutdown canceled the job's context), it waits for the
 // answer up to the request timeout. WithLock returns once its release is
 // answered, bounded the same way. The release itself is sent by a
-// goroutine of the Locker; on a client that ends its reads and writes by
-// itself (go-redis's read and write timeouts, on by default, or
-// ContextTimeoutEnabled) that goroutine waits for the answer, up to the
-// later of the request timeout and the client's timeout; on one without
-// them, a goroutine of its own waits, and the sender gives up at the
-// request timeout.
+// goroutine of the Locker. When go-redis ends each try by itself soon
+// enough that Close cannot give up on the hold first (by its read and write
+// timeouts, on by default, after the request timeout; or by the deadline,
+// with ContextTimeoutEnabled), that goroutine waits for the answer;
+// otherwise a goroutine of its own does, so that the sender gives up at the
+// request timeout. Either way an answer that comes after the request
+// timeout is not taken.
 //
 // # Errors
 //

@@ -37,9 +37,13 @@ type Locker struct {
 	hb     *heartbeat
 	notify *notifier
 	runner runner // runs requests that may outlive their caller's ctx
-	// boundedIO says the client ends each read and write by itself (see
-	// boundsIO), so that a request needs no goroutine of its own to end.
-	boundedIO bool
+	// overrun is how long past its context's deadline go-redis may go on
+	// with a request of the client, by its own read and write timeouts (see
+	// overrunOf); -1 when nothing bounds it.
+	overrun time.Duration
+	// closeBy is when Close gives up waiting for holds to be released
+	// (UnixNano, real time as the requests' deadlines are); 0 before Close.
+	closeBy atomic.Int64
 	// deadlines ends the contexts that bound requests, on one timer.
 	deadlines deadlines
 	busy      *throttle.Throttle // which busy keys to log at Info
@@ -82,15 +86,19 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	}
 	st := redisstore.New(client, redisstore.Options{Replicas: cfg.replicas, ReplicaTimeout: cfg.replicaTimeout})
 	l := newLocker(st, clock.Real{}, cfg)
-	l.boundedIO = boundsIO(client)
+	l.overrun = overrunOf(client)
 	return l, nil
 }
 
-// boundsIO reports whether go-redis ends each read and write of client by
-// itself: by its read and write timeouts, or, with ContextTimeoutEnabled,
-// by the request context's deadline (go-redis normalizes a timeout of -1
-// to 0, and one of -2, no deadline at all, to -1).
-func boundsIO(client redis.UniversalClient) bool {
+// overrunOf returns how long past its context's deadline go-redis may go
+// on with a request of client: nothing with ContextTimeoutEnabled (the
+// deadline bounds each read and write), its write and read timeouts
+// otherwise (the last try go-redis sends before the deadline may take
+// both); -1 when a read or write has no deadline at all. go-redis
+// normalizes a timeout of -1 to 0 (no timeout of its own: the context's
+// deadline, if enabled) and, for a standalone or Sentinel client, -2 to -1
+// (no socket deadline).
+func overrunOf(client redis.UniversalClient) time.Duration {
 	var read, write time.Duration
 	var byContext bool
 	switch c := client.(type) {
@@ -101,24 +109,30 @@ func boundsIO(client redis.UniversalClient) bool {
 		o := c.Options()
 		read, write, byContext = o.ReadTimeout, o.WriteTimeout, o.ContextTimeoutEnabled
 	default:
-		return false
+		return -1
 	}
-	bounded := func(d time.Duration) bool { return d > 0 || byContext && d == 0 }
-	return bounded(read) && bounded(write)
+	switch {
+	case read < 0 || write < 0, !byContext && (read == 0 || write == 0):
+		return -1
+	case byContext:
+		return 0
+	}
+	return read + write
 }
 
 // newLocker starts a Locker on a store whose configuration is valid.
 func newLocker(s store.Store, c clock.Clock, cfg config) *Locker {
 	l := &Locker{
-		store:  s,
-		clock:  c,
-		id:     rand.Text(),
-		cfg:    cfg,
-		log:    cfg.logger,
-		obs:    cfg.observer,
-		closed: make(chan struct{}),
-		holds:  make(map[*hold]struct{}),
-		busy:   throttle.New(throttle.Every, throttle.Keys),
+		store:   s,
+		clock:   c,
+		id:      rand.Text(),
+		cfg:     cfg,
+		log:     cfg.logger,
+		obs:     cfg.observer,
+		closed:  make(chan struct{}),
+		holds:   make(map[*hold]struct{}),
+		overrun: -1, // New sets it for the client it has
+		busy:    throttle.New(throttle.Every, throttle.Keys),
 	}
 	l.life, l.endLife = context.WithCancel(context.Background())
 	l.hb = newHeartbeat(l)
@@ -328,6 +342,7 @@ func (l *Locker) Close() error {
 		for _, h := range holds {
 			h.cancel(closingCause{h})
 		}
+		l.closeBy.Store(time.Now().Add(l.cfg.closeTimeout).UnixNano())
 		timer := l.clock.NewTimer(l.cfg.closeTimeout)
 		select {
 		case <-drained:

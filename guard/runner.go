@@ -122,12 +122,13 @@ func (r *runner) serve(work <-chan job) {
 }
 
 // stop ends the workers once they are idle and waits for every request.
+// A second stop only waits.
 func (r *runner) stop() {
 	r.mu.Lock()
-	r.stopped = true
-	if r.work != nil {
+	if !r.stopped && r.work != nil {
 		close(r.work)
 	}
+	r.stopped = true
 	r.mu.Unlock()
 	r.wg.Wait()
 }
@@ -177,19 +178,42 @@ func await[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, e
 	return c.v, c.err
 }
 
-// try runs one try of a hold's update for its sender, a goroutine of the
-// runner already, whose caller waits for the update no longer than its own
-// context allows (countSync.await). A client that ends each read and write
-// by itself (Locker.boundedIO) ends the try too: it runs on the sender's
-// goroutine, and lasts at most until ctx's deadline or the client's read or
-// write timeout, whichever is later. Otherwise it goes through await, which
-// ends it at ctx's deadline while go-redis may wait on, say, a read of a
-// link that died.
+// try runs one try of a hold's update, bounded by ctx, for its sender: a
+// goroutine of the runner already, whose caller waits for the update no
+// longer than its own context allows (countSync.await). When go-redis ends
+// the try by itself soon enough (Locker.overrun) that Close, which waits
+// closeTimeout for the hold to settle, cannot give up on it first, the try
+// runs on the sender's goroutine: one hand-off fewer. Otherwise it goes
+// through await, which ends it at ctx's deadline while go-redis may still
+// wait on, say, a read of a link that died. Either way an answer that
+// comes after the deadline is not taken: a retried release is told apart
+// from a lost one only for so long (its marker), and that counts from the
+// deadline.
 func try[T any](ctx context.Context, l *Locker, fn func(context.Context) (T, error)) (T, error) {
-	if l.boundedIO {
-		return fn(ctx)
+	if !l.endsInTime(ctx) {
+		return await(ctx, l, fn, nil)
 	}
-	return await(ctx, l, fn, nil)
+	v, err := fn(ctx)
+	if ctx.Err() != nil {
+		var zero T
+		return zero, context.Cause(ctx)
+	}
+	return v, err
+}
+
+// endsInTime reports whether go-redis ends a request under ctx before
+// Close would stop waiting for the hold it updates: within closeTimeout
+// from now, and before closeBy once Close has begun.
+func (l *Locker) endsInTime(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	if l.overrun < 0 || !ok {
+		return false
+	}
+	limit := time.Now().Add(l.cfg.closeTimeout)
+	if by := l.closeBy.Load(); by != 0 && by < limit.UnixNano() {
+		limit = time.Unix(0, by)
+	}
+	return !dl.Add(l.overrun).After(limit)
 }
 
 // call is one request that await hands to the runner: what it runs, its

@@ -284,6 +284,8 @@ func TestRunnerWorkersCarryTheNextBurst(t *testing.T) {
 		}
 	}
 
+	r.stop() // its workers would count as idle below
+
 	brief := &runner{idle: 20 * time.Millisecond}
 	t.Cleanup(brief.stop)
 	burst(t, brief, 10)
@@ -313,30 +315,77 @@ func TestRunnerBeyondItsWorkers(t *testing.T) {
 	}
 }
 
-// A client bounds its own reads and writes unless a timeout is off and
-// its context's deadline does not stand in (see boundsIO).
-func TestBoundsIO(t *testing.T) {
+// go-redis bounds a request past its context's deadline by nothing with
+// ContextTimeoutEnabled, by its write and read timeouts otherwise, and not
+// at all when a timeout is off and the context does not stand in.
+func TestOverrunOf(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		o    redis.Options
-		want bool
+		want time.Duration
 	}{
-		{"defaults", redis.Options{}, true},
-		{"read timeout", redis.Options{ReadTimeout: time.Second}, true},
-		{"no read timeout", redis.Options{ReadTimeout: -1}, false},
-		{"no read timeout, context deadline", redis.Options{ReadTimeout: -1, WriteTimeout: -1, ContextTimeoutEnabled: true}, true},
-		{"no socket deadline", redis.Options{ReadTimeout: -2, ContextTimeoutEnabled: true}, false},
-		{"no write timeout", redis.Options{WriteTimeout: -1}, false},
+		{"defaults", redis.Options{}, 10 * time.Second},
+		{"read timeout", redis.Options{ReadTimeout: time.Second}, 2 * time.Second},
+		{"both", redis.Options{ReadTimeout: time.Second, WriteTimeout: 300 * time.Millisecond}, 1300 * time.Millisecond},
+		{"context deadline", redis.Options{ContextTimeoutEnabled: true}, 0},
+		{"no timeouts, context deadline", redis.Options{ReadTimeout: -1, WriteTimeout: -1, ContextTimeoutEnabled: true}, 0},
+		{"no read timeout", redis.Options{ReadTimeout: -1}, -1},
+		{"no write timeout", redis.Options{WriteTimeout: -1}, -1},
+		{"no socket deadline", redis.Options{ReadTimeout: -2, ContextTimeoutEnabled: true}, -1},
 	} {
 		c := redis.NewClient(&tc.o)
-		if got := boundsIO(c); got != tc.want {
-			t.Errorf("%s: boundsIO = %v, want %v", tc.name, got, tc.want)
+		if got := overrunOf(c); got != tc.want {
+			t.Errorf("%s: overrunOf = %v, want %v", tc.name, got, tc.want)
 		}
 		_ = c.Close()
 	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ReadTimeout: -2})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ReadTimeout: time.Second})
 	defer cc.Close()
-	if boundsIO(cc) {
-		t.Error("boundsIO of a Cluster client without socket deadlines = true")
+	if got := overrunOf(cc); got != 2*time.Second {
+		t.Errorf("overrunOf a Cluster client with a 1s read timeout = %v, want 2s", got)
+	}
+}
+
+// A hold's update runs on its sender's goroutine only if go-redis ends it
+// before Close would stop waiting for the hold; an answer that comes after
+// the deadline is not taken, as await would not take it.
+func TestTryEndsInTime(t *testing.T) {
+	l := &Locker{overrun: 2 * time.Second, cfg: config{closeTimeout: 5 * time.Second}}
+	in := func(d time.Duration) context.Context {
+		ctx, cancel := context.WithTimeout(t.Context(), d)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	if !l.endsInTime(in(time.Second)) {
+		t.Error("a 1s deadline and a 2s overrun do not end within a 5s close timeout")
+	}
+	if l.endsInTime(in(4 * time.Second)) {
+		t.Error("a 4s deadline and a 2s overrun end within a 5s close timeout")
+	}
+	if l.endsInTime(t.Context()) {
+		t.Error("a context without a deadline ends in time")
+	}
+	l.closeBy.Store(time.Now().Add(2 * time.Second).UnixNano())
+	if l.endsInTime(in(time.Second)) {
+		t.Error("a 1s deadline and a 2s overrun end before Close gives up in 2s")
+	}
+	unbounded := &Locker{overrun: -1, cfg: config{closeTimeout: time.Hour}}
+	if unbounded.endsInTime(in(time.Second)) {
+		t.Error("a client without socket deadlines ends in time")
+	}
+
+	inline := &Locker{overrun: 0, cfg: config{closeTimeout: time.Hour}}
+	ctx := in(20 * time.Millisecond)
+	v, err := try(ctx, inline, func(ctx context.Context) (int, error) {
+		<-ctx.Done()
+		time.Sleep(10 * time.Millisecond)
+		return 1, nil // an answer after the deadline
+	})
+	if v != 0 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("try = %d, %v after its deadline, want 0 and its context's error", v, err)
+	}
+	v, err = try(in(time.Minute), inline, func(context.Context) (int, error) { return 1, nil })
+	if v != 1 || err != nil {
+		t.Errorf("try = %d, %v, want the answer", v, err)
 	}
 }

@@ -226,6 +226,8 @@ local function mint(counter, t, fence_ttl, ttl)
         return false, wrong_type(counter, 'a fencing counter')
       end
       last = nil -- an older server: NX with GET is a syntax error there
+    elseif type(last) ~= 'string' then
+      last = nil -- a server that answers as SET without GET: read it
     end
   end
   local digits, err
