@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/jobguard/jobguard/guard"
@@ -47,7 +48,9 @@ func ExampleNewQuorum() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	lease, err := b.Acquire(ctx, "ledger", guard.Wait(0))
+	// b waits a moment rather than trying once: a master that answered b's
+	// first attempt late may hold that attempt's grant until b drops it.
+	lease, err := b.Acquire(ctx, "ledger", guard.Wait(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
