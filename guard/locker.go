@@ -92,9 +92,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 
 // overrunOf returns how long past its context's deadline go-redis may go
 // on with a request of client: nothing with ContextTimeoutEnabled (the
-// deadline bounds each read and write), its write and read timeouts
-// otherwise (the last try go-redis sends before the deadline may take
-// both); -1 when a read or write has no deadline at all. go-redis
+// deadline bounds each read and write); otherwise twice its write and read
+// timeouts, since the last try go-redis starts before the deadline may
+// open a connection (its dial ends with the context, its handshake is a
+// write and a read) and then send the command and read the answer; -1 when
+// a read or write has no deadline at all. go-redis
 // normalizes a timeout of -1 to 0 (no timeout of its own: the context's
 // deadline, if enabled) and, for a standalone or Sentinel client, -2 to -1
 // (no socket deadline).
@@ -117,7 +119,7 @@ func overrunOf(client redis.UniversalClient) time.Duration {
 	case byContext:
 		return 0
 	}
-	return read + write
+	return 2 * (read + write)
 }
 
 // newLocker starts a Locker on a store whose configuration is valid.

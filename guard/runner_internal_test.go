@@ -316,17 +316,18 @@ func TestRunnerBeyondItsWorkers(t *testing.T) {
 }
 
 // go-redis bounds a request past its context's deadline by nothing with
-// ContextTimeoutEnabled, by its write and read timeouts otherwise, and not
-// at all when a timeout is off and the context does not stand in.
+// ContextTimeoutEnabled, by twice its write and read timeouts otherwise (a
+// handshake, then the command), and not at all when a timeout is off and
+// the context does not stand in.
 func TestOverrunOf(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		o    redis.Options
 		want time.Duration
 	}{
-		{"defaults", redis.Options{}, 10 * time.Second},
-		{"read timeout", redis.Options{ReadTimeout: time.Second}, 2 * time.Second},
-		{"both", redis.Options{ReadTimeout: time.Second, WriteTimeout: 300 * time.Millisecond}, 1300 * time.Millisecond},
+		{"defaults", redis.Options{}, 20 * time.Second},
+		{"read timeout", redis.Options{ReadTimeout: time.Second}, 4 * time.Second},
+		{"both", redis.Options{ReadTimeout: time.Second, WriteTimeout: 300 * time.Millisecond}, 2600 * time.Millisecond},
 		{"context deadline", redis.Options{ContextTimeoutEnabled: true}, 0},
 		{"no timeouts, context deadline", redis.Options{ReadTimeout: -1, WriteTimeout: -1, ContextTimeoutEnabled: true}, 0},
 		{"no read timeout", redis.Options{ReadTimeout: -1}, -1},
@@ -341,8 +342,8 @@ func TestOverrunOf(t *testing.T) {
 	}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ReadTimeout: time.Second})
 	defer cc.Close()
-	if got := overrunOf(cc); got != 2*time.Second {
-		t.Errorf("overrunOf a Cluster client with a 1s read timeout = %v, want 2s", got)
+	if got := overrunOf(cc); got != 4*time.Second {
+		t.Errorf("overrunOf a Cluster client with a 1s read timeout = %v, want 4s", got)
 	}
 }
 
