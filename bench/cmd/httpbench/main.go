@@ -66,6 +66,7 @@ func run() error {
 	stats := flag.Bool("commandstats", false, "print each variant's INFO commandstats per request, first round")
 	callgrind := flag.Int("callgrind", 0, "instead, count redis-server's instructions per request under callgrind, over this many sequential requests per variant")
 	annotate := flag.String("annotate", "", "with -callgrind, write callgrind_annotate's inclusive listing per variant to this directory")
+	only := flag.String("only", "", "run only the variants whose name contains this, to profile one alone (the ratios need all three)")
 	flag.Parse()
 	if *callgrind > 0 {
 		return serverInstructions(*callgrind, *annotate)
@@ -85,6 +86,12 @@ func run() error {
 	}
 	defer svc.close()
 	variants := svc.variants
+	if *only != "" {
+		variants = slices.DeleteFunc(slices.Clone(variants), func(v variant) bool { return !strings.Contains(v.name, *only) })
+		if len(variants) == 0 {
+			return fmt.Errorf("-only %q: no variant has it in its name", *only)
+		}
+	}
 
 	fmt.Printf("GOMAXPROCS %d, %d CPUs, %s, %d clients, %v per variant and round, %d rounds, redis-server %s\n",
 		runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), *conc, *duration, *rounds, redisproc.Version(ctx, admin))
@@ -164,10 +171,12 @@ func run() error {
 		}
 		return out
 	}
-	fmt.Printf("\n%-24s %s\n", "ratio", "per round")
-	fmt.Printf("%-24s %s\n", "httpguard / redislock", measure.Join(ratio("httpguard", "redislock"), "%.2f", "  "))
-	fmt.Printf("%-24s %s\n", "httpguard / none", measure.Join(ratio("httpguard", "none"), "%.2f", "  "))
-	fmt.Printf("%-24s %s\n", "redislock / none", measure.Join(ratio("redislock", "none"), "%.2f", "  "))
+	if len(variants) == len(svc.variants) {
+		fmt.Printf("\n%-24s %s\n", "ratio", "per round")
+		fmt.Printf("%-24s %s\n", "httpguard / redislock", measure.Join(ratio("httpguard", "redislock"), "%.2f", "  "))
+		fmt.Printf("%-24s %s\n", "httpguard / none", measure.Join(ratio("httpguard", "none"), "%.2f", "  "))
+		fmt.Printf("%-24s %s\n", "redislock / none", measure.Join(ratio("redislock", "none"), "%.2f", "  "))
+	}
 	fmt.Printf("\nper request, all rounds:\n%-10s %12s %16s %18s %20s\n", "variant", "round trips", "server commands", "redis-server CPU", "service+client CPU")
 	for _, v := range variants {
 		c := costs[v.name]
