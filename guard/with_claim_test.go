@@ -283,6 +283,51 @@ func TestWithClaimWrongType(t *testing.T) {
 	}
 }
 
+// The binding is made with the acquisition: a run refused as busy, or
+// failing on a lock of another type, leaves a claim that held nothing
+// holding nothing, so another bind is not refused later for it; a run that
+// takes the key binds it for the binding's TTL.
+func TestWithClaimBindsOnlyWhatItAcquires(t *testing.T) {
+	srv, ls := newLockers(t, 2)
+	admin := srv.Client(t)
+	ctx := t.Context()
+	var runs atomic.Int32
+	le := mustAcquire(t, ctx, ls[0], "held")
+	_, err := ls[1].WithClaim(ctx, "held", []byte("A"), time.Minute, claimRun(&runs, nil, nil))
+	if !errors.Is(err, guard.ErrNotAcquired) {
+		t.Fatalf("WithClaim on a held key = %v, want ErrNotAcquired", err)
+	}
+	if n := admin.Exists(ctx, claimKey("held")).Val(); n != 0 {
+		t.Fatalf("a busy run left the claim bound (%q)", admin.Get(ctx, claimKey("held")).Val())
+	}
+	mustRelease(t, le)
+
+	if err := admin.RPush(ctx, lockKey("listed"), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ls[1].WithClaim(ctx, "listed", []byte("A"), time.Minute, claimRun(&runs, nil, nil)); !errors.Is(err, guard.ErrWrongType) {
+		t.Fatalf("WithClaim on a list = %v, want ErrWrongType", err)
+	}
+	if n := admin.Exists(ctx, claimKey("listed")).Val(); n != 0 {
+		t.Fatalf("a run refused for the lock's type left the claim bound (%q)", admin.Get(ctx, claimKey("listed")).Val())
+	}
+
+	claim, err := ls[1].WithClaim(ctx, "held", []byte("B"), 30*time.Second, claimRun(&runs, nil, func(context.Context) {
+		if v := admin.Get(ctx, claimKey("held")).Val(); v != "B" {
+			t.Errorf("while the run holds the key the claim holds %q, want its bind", v)
+		}
+		if ttl := admin.PTTL(ctx, claimKey("held")).Val(); ttl <= 25*time.Second || ttl > 30*time.Second {
+			t.Errorf("the binding's PTTL %v, want the binding's 30s", ttl)
+		}
+	}))
+	if claim != nil || err != nil {
+		t.Fatalf("another bind after the busy run: %q, %v; want it run", claim, err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the jobs ran %d times, want 1", n)
+	}
+}
+
 func TestWithClaimRejectsBadInput(t *testing.T) {
 	_, ls := newLockers(t, 1)
 	l := ls[0]

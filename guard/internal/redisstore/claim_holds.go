@@ -15,7 +15,8 @@ import (
 // each wrapped as a function of the script that calls it, so the lock's
 // rules are written once. Their KEYS and ARGV are those scripts' own,
 // after the claim's: acquireKeys, acquireArgs, countsKeys and countsArgs
-// build them as Acquire and SetCounts do.
+// build them as Acquire and SetCounts do (release_claim.lua takes
+// claim_fenced.lua's fencing counter from set_counts.lua's KEYS).
 
 // claimScripts are the scripts of holds bound to a claim.
 type claimScripts struct {
@@ -75,9 +76,8 @@ func (s *Store) AcquireClaim(ctx context.Context, k store.Keys, claim string, va
 
 func (s *Store) ReleaseClaim(ctx context.Context, k store.Keys, claim string, token int64, value []byte, ttl time.Duration, a store.CountArgs) (store.ReleaseClaimReply, error) {
 	v := newArgv()
-	v.key(k.Fence)
 	v.key(claim)
-	countsKeys(v, k, a)
+	countsKeys(v, k, a) // the last, the fencing counter, is claim_fenced's too
 	v.int(token)
 	v.lit(value)
 	v.ms(ttl)

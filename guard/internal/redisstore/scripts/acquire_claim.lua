@@ -11,11 +11,27 @@
 -- nothing is acquired or changed, whoever holds the key. Otherwise
 -- acquire.lua's reply; when that is acquired ({1, token}) and the claim held
 -- nothing, the claim holds ARGV[1] for ARGV[2] ms from now on.
-local claim = redis.pcall('GET', KEYS[1])
-if failed(claim) then return wrong_type(KEYS[1], 'a claim') end
+-- A claim that holds nothing (a fresh key, the common case) is bound and
+-- read in one command, SET NX with GET (Redis 7.0 and later), and unbound
+-- again when the acquisition does not take the key: nothing else runs
+-- between the two, so no other request sees the binding. A SET refused
+-- for another reason than the key's type (NX with GET is a syntax error
+-- before 7.0) falls back to GET, and the binding to a SET once acquired.
+local claim = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+local bound = false
+if failed(claim) then
+  if string.sub(claim.err, 1, 9) == 'WRONGTYPE' then return wrong_type(KEYS[1], 'a claim') end
+  claim = redis.pcall('GET', KEYS[1])
+  if failed(claim) then return wrong_type(KEYS[1], 'a claim') end
+else
+  bound = not claim
+end
 if claim and claim ~= ARGV[1] then return {2, claim} end
 local reply = acquire({KEYS[2], KEYS[3], KEYS[4]}, {unpack(ARGV, 3)})
-if not claim and type(reply) == 'table' and reply[1] == 1 then
+local acquired = type(reply) == 'table' and reply[1] == 1
+if bound and not acquired then
+  redis.call('DEL', KEYS[1])
+elseif not claim and not bound and acquired then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
 return reply

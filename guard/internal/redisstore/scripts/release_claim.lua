@@ -1,8 +1,9 @@
 -- release_claim.lua: claim_fenced.lua, then set_counts.lua, in one request:
 -- a holder's result stored beside the lock, fenced by its token, and its
 -- hold's counts set (a final release, for Locker.WithClaim).
--- KEYS[1..2] claim_fenced.lua's KEYS (fencing counter, claim), KEYS[3..]
--- set_counts.lua's KEYS
+-- KEYS[1] the claim, KEYS[2..] set_counts.lua's KEYS, whose last, the
+-- fencing counter, is claim_fenced.lua's KEYS[1] (sent once: each key costs
+-- the server a string and a slot in KEYS)
 -- ARGV[1..3] claim_fenced.lua's ARGV (token, value, TTL ms), ARGV[4..]
 -- set_counts.lua's ARGV
 -- claim_fenced.lua and set_counts.lua are this script's functions
@@ -20,12 +21,12 @@
 -- waiter (a newer token), finds the claim holding it: stored, by this
 -- holder, whatever the counter says now. The claim is read only then: in
 -- the common case the counter holds the token, and claim_fenced stores.
-local counter = claim_fenced({KEYS[1], KEYS[2]}, {ARGV[1], ARGV[2], ARGV[3]})
-if counter ~= tonumber(ARGV[1]) and redis.pcall('GET', KEYS[2]) == ARGV[2] then
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+local counter = claim_fenced({KEYS[5], KEYS[1]}, {ARGV[1], ARGV[2], ARGV[3]})
+if counter ~= tonumber(ARGV[1]) and redis.pcall('GET', KEYS[1]) == ARGV[2] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
   counter = tonumber(ARGV[1])
 end
-local outcome = set_counts({unpack(KEYS, 3)}, {unpack(ARGV, 4)})
+local outcome = set_counts({unpack(KEYS, 2)}, {unpack(ARGV, 4)})
 if failed(outcome) then return outcome end
 if failed(counter) then return {outcome, -1, counter.err} end
 return {outcome, counter}
