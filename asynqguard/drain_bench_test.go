@@ -39,6 +39,13 @@ type drainVariant struct {
 	name        string
 	concurrency int
 	mw          []asynqguard.Option // nil: no middleware, plain asynq
+	// floor: instead of asynqguard, a bare lock of two round trips around
+	// each task, on a key of the task's own (SET NX PX, then a script that
+	// deletes the key if it still holds the task's token, as
+	// bsm/redislock does): what any lock or semaphore in Redis costs a
+	// task at the least, since it takes a round trip to take it and one to
+	// give it back.
+	floor bool
 }
 
 // BenchmarkLimitDrain drains the same number of no-op tasks through one
@@ -48,7 +55,8 @@ type drainVariant struct {
 // workers than permits runs it; beside them Limit(2) on 2 workers (never busy on one
 // server: the middleware's own cost) and Limit(2) with WaitFor(0), the
 // behaviour before the default wait (every busy task through asynq's
-// retry set). The servers use asynq's defaults but for the queue, with
+// retry set), and the floor of any lock of two round trips per task on 2
+// workers (setnx_c2, see drainVariant). The servers use asynq's defaults but for the queue, with
 // IsFailure and RetryDelay wired in as the docs say. It reports each
 // variant's median tasks/s, its ratio to the anchor's median, and the
 // median Redis CPU and CPU of this process per task:
@@ -60,6 +68,7 @@ func BenchmarkLimitDrain(b *testing.B) {
 		{name: "asynq_c2", concurrency: 2},
 		{name: fmt.Sprintf("limit2_c%d", *drainWorkers), concurrency: *drainWorkers, mw: []asynqguard.Option{asynqguard.Limit(2), asynqguard.Pattern(pattern)}},
 		{name: "limit2_c2", concurrency: 2, mw: []asynqguard.Option{asynqguard.Limit(2), asynqguard.Pattern(pattern)}},
+		{name: "setnx_c2", concurrency: 2, floor: true},
 		{name: fmt.Sprintf("limit2_c%d_nowait", *drainWorkers), concurrency: *drainWorkers, mw: []asynqguard.Option{asynqguard.Limit(2), asynqguard.Pattern(pattern), asynqguard.WaitFor(0)}},
 	}
 	if *drainOnly != "" {
@@ -86,7 +95,7 @@ func BenchmarkLimitDrain(b *testing.B) {
 	}
 	anchor := 0.0
 	for i, v := range variants {
-		if v.mw == nil {
+		if v.mw == nil && !v.floor {
 			anchor = medianOf(results[i], func(r drainResult) float64 { return r.rate })
 		}
 	}
@@ -95,7 +104,7 @@ func BenchmarkLimitDrain(b *testing.B) {
 		server := medianOf(results[i], func(r drainResult) float64 { return r.serverCPU })
 		client := medianOf(results[i], func(r drainResult) float64 { return r.clientCPU })
 		b.ReportMetric(rate, v.name+"_tasks/s")
-		if anchor > 0 && v.mw != nil {
+		if anchor > 0 && (v.mw != nil || v.floor) {
 			b.ReportMetric(rate/anchor, v.name+"_x")
 		}
 		ratio := "no anchor in this run"
@@ -105,6 +114,29 @@ func BenchmarkLimitDrain(b *testing.B) {
 		b.Logf("%-17s median %6.0f tasks/s, %s; per task %5.1f µs Redis CPU, %5.1f µs client CPU",
 			v.name, rate, ratio, server, client)
 	}
+}
+
+// releaseScript deletes KEYS[1] if it holds ARGV[1], as bsm/redislock's
+// release does.
+var releaseScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+// setnxLock runs next under a bare lock on a key of the task's own: SET
+// NX PX with a token, and the token's release (see drainVariant.floor).
+func setnxLock(client *redis.Client, next asynq.Handler) asynq.Handler {
+	var tokens atomic.Int64
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		key, token := "drain-floor:"+id, strconv.FormatInt(tokens.Add(1), 10)
+		ok, err := client.SetNX(ctx, key, token, 30*time.Second).Result()
+		switch {
+		case err != nil:
+			return err
+		case !ok:
+			return fmt.Errorf("drain floor: %s busy", key)
+		}
+		defer releaseScript.Run(context.WithoutCancel(ctx), client, []string{key}, token)
+		return next.ProcessTask(ctx, t)
+	})
 }
 
 // drainResult is what one drain measured: tasks per second from the
@@ -154,6 +186,9 @@ func drain(b *testing.B, srv *redistest.Server, c *asynq.Client, queue, pattern 
 		}
 		defer l.Close()
 		h = asynqguard.Middleware(l, v.mw...)(h)
+	}
+	if v.floor {
+		h = setnxLock(srv.Client(b), h)
 	}
 	mux := asynq.NewServeMux()
 	mux.Handle(pattern, h)
