@@ -152,6 +152,19 @@ func TestWrongTypeNamesTheKeyEverywhere(t *testing.T) {
 	_, err := l.Acquire(le.Context(), "swapped")
 	check("re-entry", err, "guard:{swapped}", " string")
 
+	// A held key whose counter became a hash: the busy answer carries the
+	// newest token, and reading it names the counter.
+	held := mustAcquire(t, t.Context(), l, "counted")
+	admin.Del(t.Context(), "guard:{counted}:fence")
+	if err := admin.HSet(t.Context(), "guard:{counted}:fence", "x", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	other := newLocker(t, srv.Addr(), guard.WithTTL(time.Second))
+	_, err = other.Acquire(t.Context(), "counted", guard.Wait(0))
+	check("a busy acquisition", err, "guard:{counted}:fence", " hash")
+	admin.Del(t.Context(), "guard:{counted}:fence")
+	mustRelease(t, held)
+
 	// Claims.
 	if err := admin.RPush(t.Context(), "guard:{tick}:claim", "x").Err(); err != nil {
 		t.Fatal(err)
@@ -165,7 +178,10 @@ func TestWrongTypeNamesTheKeyEverywhere(t *testing.T) {
 // A quorum that a majority answers "wrong type" says so once.
 func TestQuorumWrongTypeSaidOnce(t *testing.T) {
 	servers, addrs := startQuorum(t, 3)
-	l := newQuorumLocker(t, addrs, nil, guard.WithTTL(time.Second))
+	// The default TTL gives each master its default request timeout to
+	// answer: on a loaded machine a short one turned a wrong type into a
+	// missing answer.
+	l := newQuorumLocker(t, addrs, nil)
 	for _, s := range servers {
 		if err := s.Client(t).Set(t.Context(), "guard:{q}", "x", 0).Err(); err != nil {
 			t.Fatal(err)

@@ -284,8 +284,8 @@ func TestWithClaimWrongType(t *testing.T) {
 }
 
 // The binding is made with the acquisition: a run refused as busy, or
-// failing on a lock of another type, leaves a claim that held nothing
-// holding nothing, so another bind is not refused later for it; a run that
+// failing on a lock or a fencing counter of another type, leaves a claim
+// that held nothing holding nothing, so another bind is not refused later for it; a run that
 // takes the key binds it for the binding's TTL.
 func TestWithClaimBindsOnlyWhatItAcquires(t *testing.T) {
 	srv, ls := newLockers(t, 2)
@@ -311,6 +311,25 @@ func TestWithClaimBindsOnlyWhatItAcquires(t *testing.T) {
 	if n := admin.Exists(ctx, claimKey("listed")).Val(); n != 0 {
 		t.Fatalf("a run refused for the lock's type left the claim bound (%q)", admin.Get(ctx, claimKey("listed")).Val())
 	}
+
+	// A held key whose fencing counter is of another type: the busy answer
+	// reads the counter, which refuses it, naming it.
+	held := mustAcquire(t, ctx, ls[0], "odd")
+	if err := admin.Del(ctx, fenceKey("odd")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.HSet(ctx, fenceKey("odd"), "x", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ls[1].WithClaim(ctx, "odd", []byte("A"), time.Minute, claimRun(&runs, nil, nil))
+	if !errors.Is(err, guard.ErrWrongType) || !strings.Contains(err.Error(), fenceKey("odd")) {
+		t.Fatalf("WithClaim on a held key with a hash for its counter = %v, want ErrWrongType naming %s", err, fenceKey("odd"))
+	}
+	if n := admin.Exists(ctx, claimKey("odd")).Val(); n != 0 {
+		t.Fatalf("a run refused for the counter's type left the claim bound (%q)", admin.Get(ctx, claimKey("odd")).Val())
+	}
+	admin.Del(ctx, fenceKey("odd"))
+	mustRelease(t, held)
 
 	claim, err := ls[1].WithClaim(ctx, "held", []byte("B"), 30*time.Second, claimRun(&runs, nil, func(context.Context) {
 		if v := admin.Get(ctx, claimKey("held")).Val(); v != "B" {

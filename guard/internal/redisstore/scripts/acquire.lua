@@ -75,6 +75,10 @@ local function busy(owners, latest, writer, earliest, told)
     full, until_ms = owners >= tonumber(permits), earliest
   end
   if not full then return nil end
+  -- The newest token, read before anything is written: a counter of
+  -- another type is refused, naming it, with nothing changed.
+  local minted = redis.pcall('GET', KEYS[2])
+  if failed(minted) then return wrong_type(KEYS[2], 'a fencing counter') end
   if member ~= '' then
     local registration = 2 * tonumber(ARGV[2])
     redis.call('ZADD', KEYS[3], now + registration, member)
@@ -83,7 +87,7 @@ local function busy(owners, latest, writer, earliest, told)
       redis.call('HSET', key, 'q', '1') -- the holders' release must tell it
     end
   end
-  return {0, until_ms - now, tonumber(redis.call('GET', KEYS[2])) or 0}
+  return {0, until_ms - now, tonumber(minted) or 0}
 end
 
 -- A queue of another type is refused, naming it, before anything is written.

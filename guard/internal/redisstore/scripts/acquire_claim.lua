@@ -13,25 +13,30 @@
 -- nothing, the claim holds ARGV[1] for ARGV[2] ms from now on.
 -- A claim that holds nothing (a fresh key, the common case) is bound and
 -- read in one command, SET NX with GET (Redis 7.0 and later), and unbound
--- again when the acquisition does not take the key: nothing else runs
--- between the two, so no other request sees the binding. A SET refused
--- for another reason than the key's type (NX with GET is a syntax error
--- before 7.0) falls back to GET, and the binding to a SET once acquired.
+-- again when the acquisition does not take the key, whether it answers
+-- busy or an error, or raises one: nothing else runs between the two, so
+-- no other request sees the binding. A SET refused for another reason than
+-- the key's type (NX with GET is a syntax error before 7.0) falls back to
+-- GET, and the binding to a SET once acquired; a server that answers the
+-- SET without the GET (a status) has bound the claim.
 local claim = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
 local bound = false
 if failed(claim) then
   if string.sub(claim.err, 1, 9) == 'WRONGTYPE' then return wrong_type(KEYS[1], 'a claim') end
   claim = redis.pcall('GET', KEYS[1])
   if failed(claim) then return wrong_type(KEYS[1], 'a claim') end
+elseif type(claim) == 'table' then
+  claim, bound = false, true
 else
   bound = not claim
 end
 if claim and claim ~= ARGV[1] then return {2, claim} end
-local reply = acquire({KEYS[2], KEYS[3], KEYS[4]}, {unpack(ARGV, 3)})
-local acquired = type(reply) == 'table' and reply[1] == 1
+local ok, reply = pcall(acquire, {KEYS[2], KEYS[3], KEYS[4]}, {unpack(ARGV, 3)})
+local acquired = ok and type(reply) == 'table' and reply[1] == 1
 if bound and not acquired then
   redis.call('DEL', KEYS[1])
 elseif not claim and not bound and acquired then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
+if not ok then return reraise(reply) end
 return reply

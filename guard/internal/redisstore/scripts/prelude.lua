@@ -97,6 +97,18 @@ local function failed(reply)
   return type(reply) == 'table' and reply.err ~= nil
 end
 
+-- reraise answers err, what pcall caught from a function that raised it,
+-- as the script would have answered it uncaught: what a redis.call raised
+-- reaches pcall as a string, and one that starts with an error code
+-- (WRONGTYPE, OOM, READONLY) is answered as that error; anything else is
+-- raised again.
+local function reraise(err)
+  if type(err) == 'string' and string.match(err, '^[A-Z][A-Z]+ ') then
+    return redis.error_reply(err)
+  end
+  error(err, 0)
+end
+
 -- queue_size returns the number of registrations in queue (a lock's
 -- waiting acquisitions), or nil and an error reply that names the key when
 -- it holds another Redis type.

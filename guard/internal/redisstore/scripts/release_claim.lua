@@ -21,7 +21,7 @@
 -- waiter (a newer token), finds the claim holding it: stored, by this
 -- holder, whatever the counter says now. The claim is read only then: in
 -- the common case the counter holds the token, and claim_fenced stores.
-local counter = claim_fenced({KEYS[5], KEYS[1]}, {ARGV[1], ARGV[2], ARGV[3]})
+local counter = claim_fenced({KEYS[#KEYS], KEYS[1]}, {ARGV[1], ARGV[2], ARGV[3]})
 if counter ~= tonumber(ARGV[1]) and redis.pcall('GET', KEYS[1]) == ARGV[2] then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   counter = tonumber(ARGV[1])
