@@ -172,7 +172,7 @@ func run() error {
 		return out
 	}
 	fmt.Printf("\n%-33s %s\n", "ratio", "per round")
-	for _, p := range [][2]string{{"httpguard", "redislock"}, {"httpguard-nocancel", "redislock"}, {"httpguard", "none"}, {"redislock", "none"}} {
+	for _, p := range [][2]string{{"httpguard", "redislock"}, {"httpguard", "none"}, {"redislock", "none"}} {
 		if rates[p[0]] != nil && rates[p[1]] != nil {
 			fmt.Printf("%-33s %s\n", p[0]+" / "+p[1], measure.Join(ratio(p[0], p[1]), "%.2f", "  "))
 		}
@@ -222,10 +222,6 @@ func newService(addr string, poolSize, conc int) (*service, error) {
 		{"none", noop, nil},
 		{"redislock", redislockMiddleware(redislock.New(lockClient), noop), lockTrips},
 		{"httpguard", httpguard.Middleware(locker, httpguard.SharedKeys())(noop), guardTrips},
-		// What the promise to return the moment a request's context ends
-		// costs: under a context that cannot end, guard sends each request
-		// on the handler's own goroutine instead of handing it to another.
-		{"httpguard-nocancel", withoutCancel(httpguard.Middleware(locker, httpguard.SharedKeys())(noop)), guardTrips},
 	}
 	mux := http.NewServeMux()
 	for _, v := range s.variants {
@@ -242,14 +238,6 @@ func newService(addr string, poolSize, conc int) (*service, error) {
 	s.base = "http://" + ln.Addr().String() + "/"
 	s.client = &http.Client{Transport: &http.Transport{MaxIdleConns: conc, MaxIdleConnsPerHost: conc}}
 	return s, nil
-}
-
-// withoutCancel serves next with the request's context made one that
-// cannot end.
-func withoutCancel(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(context.WithoutCancel(r.Context())))
-	})
 }
 
 func (s *service) url(v variant) string { return s.base + v.name }
