@@ -285,8 +285,9 @@ func TestWithClaimWrongType(t *testing.T) {
 
 // The binding is made with the acquisition: a run refused as busy, or
 // failing on a lock or a fencing counter of another type, leaves a claim
-// that held nothing holding nothing, so another bind is not refused later for it; a run that
-// takes the key binds it for the binding's TTL.
+// that held nothing holding nothing, so another bind is not refused later
+// for it; a busy run leaves a claim bound to its own bind as it was; a run
+// that takes the key binds it for the binding's TTL.
 func TestWithClaimBindsOnlyWhatItAcquires(t *testing.T) {
 	srv, ls := newLockers(t, 2)
 	admin := srv.Client(t)
@@ -337,6 +338,17 @@ func TestWithClaimBindsOnlyWhatItAcquires(t *testing.T) {
 		}
 		if ttl := admin.PTTL(ctx, claimKey("held")).Val(); ttl <= 25*time.Second || ttl > 30*time.Second {
 			t.Errorf("the binding's PTTL %v, want the binding's 30s", ttl)
+		}
+		// The same bind, busy: the binding stays as it is.
+		_, err := ls[0].WithClaim(ctx, "held", []byte("B"), time.Hour, claimRun(&runs, nil, nil))
+		if !errors.Is(err, guard.ErrNotAcquired) {
+			t.Errorf("the same bind while the key is held = %v, want ErrNotAcquired", err)
+		}
+		if v := admin.Get(ctx, claimKey("held")).Val(); v != "B" {
+			t.Errorf("after a busy run with the same bind the claim holds %q, want it kept", v)
+		}
+		if ttl := admin.PTTL(ctx, claimKey("held")).Val(); ttl <= 25*time.Second || ttl > 30*time.Second {
+			t.Errorf("after a busy run with the same bind the binding's PTTL is %v, want the first run's 30s", ttl)
 		}
 	}))
 	if claim != nil || err != nil {

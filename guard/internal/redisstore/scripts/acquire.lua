@@ -75,8 +75,9 @@ local function busy(owners, latest, writer, earliest, told)
     full, until_ms = owners >= tonumber(permits), earliest
   end
   if not full then return nil end
-  -- The newest token, read before anything is written: a counter of
-  -- another type is refused, naming it, with nothing changed.
+  -- The newest token, read before the registration is written: a counter
+  -- of another type is refused, naming it, with nothing written but what
+  -- the sweep of expired holders wrote, as any attempt's does.
   local minted = redis.pcall('GET', KEYS[2])
   if failed(minted) then return wrong_type(KEYS[2], 'a fencing counter') end
   if member ~= '' then

@@ -98,10 +98,10 @@ local function failed(reply)
 end
 
 -- reraise answers err, what pcall caught from a function that raised it,
--- as the script would have answered it uncaught: what a redis.call raised
--- reaches pcall as a string, and one that starts with an error code
--- (WRONGTYPE, OOM, READONLY) is answered as that error; anything else is
--- raised again.
+-- with the error code it would have had uncaught (without Redis's script
+-- location): what a redis.call raised reaches pcall as a string, and one
+-- that starts with an error code (WRONGTYPE, OOM, READONLY) is answered as
+-- that error; anything else is raised again.
 local function reraise(err)
   if type(err) == 'string' and string.match(err, '^[A-Z][A-Z]+ ') then
     return redis.error_reply(err)
