@@ -55,9 +55,9 @@ type drainVariant struct {
 // workers than permits runs it; beside them Limit(2) on 2 workers (never busy on one
 // server: the middleware's own cost) and Limit(2) with WaitFor(0), the
 // behaviour before the default wait (every busy task through asynq's
-// retry set), and the floor of any lock of two round trips per task on 2
-// workers (setnx_c2, see drainVariant). The servers use asynq's defaults but for the queue, with
-// IsFailure and RetryDelay wired in as the docs say. It reports each
+// retry set), and a bare lock of two round trips per task on 2 workers
+// (setnx_c2, see drainVariant). The servers use asynq's defaults but for
+// the queue, with IsFailure and RetryDelay wired in as the docs say. It reports each
 // variant's median tasks/s, its ratio to the anchor's median, and the
 // median Redis CPU and CPU of this process per task:
 //

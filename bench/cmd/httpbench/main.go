@@ -160,9 +160,9 @@ func run() error {
 		}
 	}
 
-	fmt.Printf("\n%-18s %s\n", "variant", "requests/s per round")
+	fmt.Printf("\n%-10s %s\n", "variant", "requests/s per round")
 	for _, v := range variants {
-		fmt.Printf("%-18s %s\n", v.name, measure.Join(rates[v.name], "%.0f", "  "))
+		fmt.Printf("%-10s %s\n", v.name, measure.Join(rates[v.name], "%.0f", "  "))
 	}
 	ratio := func(a, b string) []float64 {
 		out := make([]float64, *rounds)
@@ -171,19 +171,19 @@ func run() error {
 		}
 		return out
 	}
-	fmt.Printf("\n%-33s %s\n", "ratio", "per round")
+	fmt.Printf("\n%-24s %s\n", "ratio", "per round")
 	for _, p := range [][2]string{{"httpguard", "redislock"}, {"httpguard", "none"}, {"redislock", "none"}} {
 		if rates[p[0]] != nil && rates[p[1]] != nil {
-			fmt.Printf("%-33s %s\n", p[0]+" / "+p[1], measure.Join(ratio(p[0], p[1]), "%.2f", "  "))
+			fmt.Printf("%-24s %s\n", p[0]+" / "+p[1], measure.Join(ratio(p[0], p[1]), "%.2f", "  "))
 		}
 	}
-	fmt.Printf("\nper request, all rounds:\n%-18s %12s %16s %18s %20s\n", "variant", "round trips", "server commands", "redis-server CPU", "service+client CPU")
+	fmt.Printf("\nper request, all rounds:\n%-10s %12s %16s %18s %20s\n", "variant", "round trips", "server commands", "redis-server CPU", "service+client CPU")
 	for _, v := range variants {
 		c := costs[v.name]
 		per := func(d time.Duration) string {
 			return fmt.Sprintf("%.1f µs", float64(d.Microseconds())/float64(c.requests))
 		}
-		fmt.Printf("%-18s %12.2f %16.2f %18s %20s\n", v.name, float64(c.trips)/float64(c.requests), float64(c.commands)/float64(c.requests), per(c.server), per(c.process))
+		fmt.Printf("%-10s %12.2f %16.2f %18s %20s\n", v.name, float64(c.trips)/float64(c.requests), float64(c.commands)/float64(c.requests), per(c.server), per(c.process))
 	}
 	return nil
 }

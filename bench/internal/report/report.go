@@ -62,9 +62,10 @@ func header(b *strings.Builder, run results.Run, makeCmd string) {
 		"the polling libraries retry a busy key every %v: redislock with `LinearBackoff(%v)`, redsync with its default 32 tries "+
 		"but `WithRetryDelay(%v)` (default: random 50–250 ms), the raw baseline with a %v sleep. guard does not poll: a waiter "+
 		"sleeps until a release is published. guard-nocancel is guard called under contexts that cannot be canceled "+
-		"(`context.WithoutCancel` of the same ones): guard then runs each request on the caller's goroutine, where under a "+
+		"(`context.WithoutCancel` of the same ones): guard then sends each acquisition on the caller's goroutine, where under a "+
 		"context that can end it hands the request to a goroutine of its own, so that the call returns the moment its context "+
-		"is done (go-redis does not interrupt a read). The difference between the two is what that promise costs; "+
+		"is done (go-redis does not interrupt a read); a release's update goes to the hold's sender goroutine in both. "+
+		"The difference between the two is what that promise costs; "+
 		"the other libraries make no such promise (a canceled call of theirs waits for its read).\n\n", s.PoolSize, s.TTL, s.RetryDelay, s.RetryDelay, s.RetryDelay, s.RetryDelay)
 	fmt.Fprintf(b, "Sections 1–5 are measured as users run a service: %s, GOMAXPROCS %d, loopback, %s. ",
 		pinnedOrNot(m), m.GOMAXPROCS, m.OpContext)
