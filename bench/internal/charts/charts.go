@@ -31,6 +31,8 @@ func libColor(lib string) color.Color {
 		return color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
 	case "redislock":
 		return color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}
+	case "redislock-await":
+		return color.RGBA{R: 0x98, G: 0xdf, B: 0x8a, A: 0xff}
 	case "raw":
 		return color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}
 	}

@@ -53,12 +53,15 @@ type Lease interface {
 }
 
 // Names returns the libraries in the order the reports list them.
-func Names() []string { return []string{"guard", "guard-nocancel", "redsync", "redislock", "raw"} }
+func Names() []string {
+	return []string{"guard", "guard-nocancel", "redsync", "redislock", "redislock-await", "raw"}
+}
 
 // IsVariant reports whether name is another way of calling a library
 // named before it (guard-nocancel: guard under contexts that cannot be
-// canceled), measured only where the two differ.
-func IsVariant(name string) bool { return name == "guard-nocancel" }
+// canceled; redislock-await: redislock made to return when its context
+// ends), measured only where the two differ.
+func IsVariant(name string) bool { return name == "guard-nocancel" || name == "redislock-await" }
 
 // New returns the library called name on client.
 func New(name string, client *redis.Client, cfg Config) (Lib, error) {
@@ -74,6 +77,8 @@ func New(name string, client *redis.Client, cfg Config) (Lib, error) {
 		return newRedsync(client, cfg), nil
 	case "redislock":
 		return newRedislock(client, cfg), nil
+	case "redislock-await":
+		return newRedislockAwait(client, cfg), nil
 	case "raw":
 		return newRaw(client, cfg), nil
 	}

@@ -65,8 +65,10 @@ func header(b *strings.Builder, run results.Run, makeCmd string) {
 		"(`context.WithoutCancel` of the same ones): guard then sends each acquisition on the caller's goroutine, where under a "+
 		"context that can end it hands the request to a goroutine of its own, so that the call returns the moment its context "+
 		"is done (go-redis does not interrupt a read); a release's update goes to the hold's sender goroutine in both. "+
-		"The difference between the two is what that promise costs; "+
-		"the other libraries make no such promise (a canceled call of theirs waits for its read).\n\n", s.PoolSize, s.TTL, s.RetryDelay, s.RetryDelay, s.RetryDelay, s.RetryDelay)
+		"The difference between the two is what that promise costs guard; "+
+		"the other libraries make no such promise (a canceled call of theirs waits for its read). redislock-await is redislock "+
+		"made to keep it in the least costly way: each Obtain and Release runs on a worker goroutine while the caller waits "+
+		"for it or for its context; beside redislock it is what the promise costs a lock that does nothing else.\n\n", s.PoolSize, s.TTL, s.RetryDelay, s.RetryDelay, s.RetryDelay, s.RetryDelay)
 	fmt.Fprintf(b, "Sections 1–5 are measured as users run a service: %s, GOMAXPROCS %d, loopback, %s. ",
 		pinnedOrNot(m), m.GOMAXPROCS, m.OpContext)
 	if m.ClientCPU < 0 && m.GOMAXPROCS < m.CPUs {
