@@ -1,13 +1,18 @@
 // Command asynqbench measures what asynqguard costs an asynq worker, in the
 // units its users count: tasks per second of a no-op handler, each task
 // with a payload of its own, drained from one queue by one asynq server
-// three ways in one run, in alternating rounds:
+// in several ways in one run, in alternating rounds:
 //
 //   - asynq: the handler alone;
 //   - redislock: a bare bsm/redislock Obtain and Release around it, keyed
 //     as asynqguard keys a task by default (its type and a hash of its
 //     payload), a busy key failing the task so that asynq retries it;
-//   - asynqguard: asynqguard.Middleware(locker) with its defaults.
+//   - redislock-await: the same, each Obtain and Release run on a worker
+//     goroutine that the task waits on with its context, as a lock that
+//     returns when its context ends must: what that promise costs a bare
+//     lock;
+//   - asynqguard: asynqguard.Middleware(locker) with its defaults;
+//   - asynqguard-nocancel: the same under task contexts that cannot end.
 //
 // It prints tasks/s per round and each round's ratios, and per task the
 // commands Redis ran (INFO commandstats, asynq's own included) and the CPU
@@ -37,6 +42,7 @@ import (
 	"github.com/bsm/redislock"
 	"github.com/hibiken/asynq"
 	"github.com/jobguard/jobguard/asynqguard"
+	"github.com/jobguard/jobguard/bench/internal/locks"
 	"github.com/jobguard/jobguard/bench/internal/measure"
 	"github.com/jobguard/jobguard/bench/internal/redisproc"
 	"github.com/jobguard/jobguard/guard"
@@ -89,9 +95,12 @@ func run() error {
 	}
 	defer l.Close()
 	rl := redislock.New(lockClient)
+	workers := new(locks.Workers)
+	defer workers.Stop()
 	variants := []variant{
 		{name: "asynq"},
 		{name: "redislock", wrap: func(next asynq.Handler) asynq.Handler { return redislockMiddleware(rl, next) }},
+		{name: "redislock-await", wrap: func(next asynq.Handler) asynq.Handler { return redislockAwaitMiddleware(rl, workers, next) }},
 		{name: "asynqguard", wrap: asynqguard.Middleware(l)},
 		// What the promise to return the moment a task's context ends
 		// costs: under a context that cannot end, guard sends each request
@@ -155,7 +164,7 @@ func run() error {
 		return out
 	}
 	fmt.Printf("\n%-33s %s\n", "ratio", "per round")
-	for _, p := range [][2]string{{"asynqguard", "redislock"}, {"asynqguard-nocancel", "redislock"}, {"asynqguard", "asynq"}, {"redislock", "asynq"}} {
+	for _, p := range [][2]string{{"asynqguard", "redislock"}, {"asynqguard-nocancel", "redislock"}, {"asynqguard", "redislock-await"}, {"redislock-await", "redislock"}, {"asynqguard", "asynq"}, {"redislock", "asynq"}} {
 		if results[p[0]] != nil && results[p[1]] != nil {
 			fmt.Printf("%-33s %s\n", p[0]+" / "+p[1], measure.Join(ratio(p[0], p[1]), "%.2f", ", "))
 		}
@@ -268,6 +277,30 @@ func redislockMiddleware(rl *redislock.Client, next asynq.Handler) asynq.Handler
 			return err
 		}
 		defer func() { _ = lock.Release(context.WithoutCancel(ctx)) }()
+		return next.ProcessTask(ctx, t)
+	})
+}
+
+// redislockAwaitMiddleware is redislockMiddleware with Obtain and Release
+// run by workers, so that the task returns when its context ends.
+func redislockAwaitMiddleware(rl *redislock.Client, workers *locks.Workers, next asynq.Handler) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		sum := sha256.Sum256(t.Payload())
+		key := t.Type() + ":" + hex.EncodeToString(sum[:])
+		var lock *redislock.Lock
+		err := workers.Await(ctx, func(ctx context.Context) error {
+			l, err := rl.Obtain(ctx, key, 30*time.Second, nil)
+			lock = l
+			return err
+		}, func() {
+			if lock != nil { // obtained after the task gave up
+				_ = lock.Release(context.Background())
+			}
+		})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = workers.Await(context.WithoutCancel(ctx), lock.Release, nil) }()
 		return next.ProcessTask(ctx, t)
 	})
 }

@@ -1,11 +1,15 @@
 // Command httpbench measures what httpguard costs an HTTP service, in the
 // units its users count: requests per second of a no-op handler, each
-// request with a fresh Idempotency-Key, served on loopback three ways in
+// request with a fresh Idempotency-Key, served on loopback four ways in
 // one run, in alternating rounds:
 //
 //   - none: the handler alone;
 //   - redislock: a bare bsm/redislock Obtain and Release around it, keyed
 //     by the Idempotency-Key (no fingerprint, no stored response);
+//   - redislock-await: the same, each Obtain and Release run on a worker
+//     goroutine that the handler waits on with the request's context, as
+//     a lock that returns when its context ends must (go-redis does not
+//     interrupt a read): what that promise costs a bare lock;
 //   - httpguard: httpguard.Middleware(locker, httpguard.SharedKeys()).
 //
 // It prints requests/s per round and the ratios of each round, and the
@@ -37,6 +41,7 @@ import (
 	"time"
 
 	"github.com/bsm/redislock"
+	"github.com/jobguard/jobguard/bench/internal/locks"
 	"github.com/jobguard/jobguard/bench/internal/measure"
 	"github.com/jobguard/jobguard/bench/internal/redisproc"
 	"github.com/jobguard/jobguard/guard"
@@ -160,9 +165,9 @@ func run() error {
 		}
 	}
 
-	fmt.Printf("\n%-10s %s\n", "variant", "requests/s per round")
+	fmt.Printf("\n%-16s %s\n", "variant", "requests/s per round")
 	for _, v := range variants {
-		fmt.Printf("%-10s %s\n", v.name, measure.Join(rates[v.name], "%.0f", "  "))
+		fmt.Printf("%-16s %s\n", v.name, measure.Join(rates[v.name], "%.0f", "  "))
 	}
 	ratio := func(a, b string) []float64 {
 		out := make([]float64, *rounds)
@@ -171,24 +176,24 @@ func run() error {
 		}
 		return out
 	}
-	fmt.Printf("\n%-24s %s\n", "ratio", "per round")
-	for _, p := range [][2]string{{"httpguard", "redislock"}, {"httpguard", "none"}, {"redislock", "none"}} {
+	fmt.Printf("\n%-30s %s\n", "ratio", "per round")
+	for _, p := range [][2]string{{"httpguard", "redislock"}, {"httpguard", "redislock-await"}, {"redislock-await", "redislock"}, {"httpguard", "none"}, {"redislock", "none"}} {
 		if rates[p[0]] != nil && rates[p[1]] != nil {
-			fmt.Printf("%-24s %s\n", p[0]+" / "+p[1], measure.Join(ratio(p[0], p[1]), "%.2f", "  "))
+			fmt.Printf("%-30s %s\n", p[0]+" / "+p[1], measure.Join(ratio(p[0], p[1]), "%.2f", "  "))
 		}
 	}
-	fmt.Printf("\nper request, all rounds:\n%-10s %12s %16s %18s %20s\n", "variant", "round trips", "server commands", "redis-server CPU", "service+client CPU")
+	fmt.Printf("\nper request, all rounds:\n%-16s %12s %16s %18s %20s\n", "variant", "round trips", "server commands", "redis-server CPU", "service+client CPU")
 	for _, v := range variants {
 		c := costs[v.name]
 		per := func(d time.Duration) string {
 			return fmt.Sprintf("%.1f µs", float64(d.Microseconds())/float64(c.requests))
 		}
-		fmt.Printf("%-10s %12.2f %16.2f %18s %20s\n", v.name, float64(c.trips)/float64(c.requests), float64(c.commands)/float64(c.requests), per(c.server), per(c.process))
+		fmt.Printf("%-16s %12.2f %16.2f %18s %20s\n", v.name, float64(c.trips)/float64(c.requests), float64(c.commands)/float64(c.requests), per(c.server), per(c.process))
 	}
 	return nil
 }
 
-// service is the three variants on one Redis, served over HTTP on
+// service is the variants on one Redis, served over HTTP on
 // loopback, and an HTTP client for them.
 type service struct {
 	variants []variant
@@ -208,6 +213,11 @@ func newService(addr string, poolSize, conc int) (*service, error) {
 	lockClient := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize})
 	lockTrips := new(measure.Counter)
 	lockClient.AddHook(lockTrips)
+	awaitClient := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize})
+	awaitTrips := new(measure.Counter)
+	awaitClient.AddHook(awaitTrips)
+	workers := new(locks.Workers)
+	s.closers = append(s.closers, awaitClient.Close, func() error { workers.Stop(); return nil })
 	guardClient := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize})
 	guardTrips := new(measure.Counter)
 	guardClient.AddHook(guardTrips)
@@ -221,6 +231,7 @@ func newService(addr string, poolSize, conc int) (*service, error) {
 	s.variants = []variant{
 		{"none", noop, nil},
 		{"redislock", redislockMiddleware(redislock.New(lockClient), noop), lockTrips},
+		{"redislock-await", redislockAwaitMiddleware(redislock.New(awaitClient), workers, noop), awaitTrips},
 		{"httpguard", httpguard.Middleware(locker, httpguard.SharedKeys())(noop), guardTrips},
 	}
 	mux := http.NewServeMux()
@@ -264,6 +275,34 @@ func redislockMiddleware(c *redislock.Client, next http.Handler) http.Handler {
 			return
 		}
 		defer func() { _ = lock.Release(context.WithoutCancel(r.Context())) }()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// redislockAwaitMiddleware is redislockMiddleware with Obtain and Release
+// run by workers, so that the request returns when its context ends.
+func redislockAwaitMiddleware(c *redislock.Client, workers *locks.Workers, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := "idem:" + r.Header.Get("Idempotency-Key")
+		var lock *redislock.Lock
+		err := workers.Await(r.Context(), func(ctx context.Context) error {
+			l, err := c.Obtain(ctx, key, 30*time.Second, nil)
+			lock = l
+			return err
+		}, func() {
+			if lock != nil { // obtained after the request gave up
+				_ = lock.Release(context.Background())
+			}
+		})
+		switch {
+		case errors.Is(err, redislock.ErrNotObtained):
+			http.Error(w, "in flight", http.StatusConflict)
+			return
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		defer func() { _ = workers.Await(context.WithoutCancel(r.Context()), lock.Release, nil) }()
 		next.ServeHTTP(w, r)
 	})
 }

@@ -17,7 +17,7 @@ import (
 // costs a lock that does nothing else.
 type redislockAwait struct {
 	r       *redislockLib
-	workers workers
+	workers Workers
 }
 
 func newRedislockAwait(client *redis.Client, cfg Config) *redislockAwait {
@@ -26,7 +26,7 @@ func newRedislockAwait(client *redis.Client, cfg Config) *redislockAwait {
 
 func (a *redislockAwait) Lock(ctx context.Context, key string) (Lease, error) {
 	var lease Lease
-	err := a.workers.await(ctx, func(ctx context.Context) error {
+	err := a.workers.Await(ctx, func(ctx context.Context) error {
 		l, err := a.r.Lock(ctx, key)
 		lease = l
 		return err
@@ -42,35 +42,37 @@ func (a *redislockAwait) Lock(ctx context.Context, key string) (Lease, error) {
 }
 
 func (a *redislockAwait) Close() error {
-	a.workers.stop()
+	a.workers.Stop()
 	return nil
 }
 
 type awaitLease struct {
 	l       Lease
-	workers *workers
+	workers *Workers
 }
 
 func (l *awaitLease) Unlock(ctx context.Context) error {
-	return l.workers.await(ctx, l.l.Unlock, nil)
+	return l.workers.Await(ctx, l.l.Unlock, nil)
 }
 
 func (l *awaitLease) Lost() bool { return l.l.Lost() }
 
-// workers runs calls on goroutines that stay for the next call, so that a
+// Workers runs calls on goroutines that stay for the next call, so that a
 // call does not pay a fresh goroutine's stack growth: an idle worker takes
-// a call, and a call that finds none starts one more. stop ends them.
-type workers struct {
+// a call, and a call that finds none starts one more. Stop ends them. The
+// zero value is ready to use.
+type Workers struct {
 	mu      sync.Mutex
 	work    chan func() // unbuffered: a send succeeds only to an idle worker
 	stopped bool
 	wg      sync.WaitGroup
 }
 
-// await runs fn on a worker, detached from ctx's cancellation, and returns
+// Await runs fn on a worker, detached from ctx's cancellation, and returns
 // its error, or ctx's when ctx ends first; then abandoned, if not nil, runs
-// after fn on the worker.
-func (w *workers) await(ctx context.Context, fn func(context.Context) error, abandoned func()) error {
+// after fn on the worker. After Stop it runs nothing and returns
+// context.Canceled.
+func (w *Workers) Await(ctx context.Context, fn func(context.Context) error, abandoned func()) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -111,7 +113,7 @@ func (w *workers) await(ctx context.Context, fn func(context.Context) error, aba
 	}
 }
 
-func (w *workers) start(call func()) bool {
+func (w *Workers) start(call func()) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
@@ -135,7 +137,8 @@ func (w *workers) start(call func()) bool {
 	return true
 }
 
-func (w *workers) stop() {
+// Stop ends the workers once they are idle and waits for every call.
+func (w *Workers) Stop() {
 	w.mu.Lock()
 	if !w.stopped && w.work != nil {
 		close(w.work)

@@ -16,11 +16,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // context's error while the work goes on, and what the abandoned work
 // got is handed to abandoned; a call that ends first returns its result.
 func TestAwaitReturnsWhenItsContextEnds(t *testing.T) {
-	var w workers
-	defer w.stop()
+	var w Workers
+	defer w.Stop()
 
 	errWork := errors.New("work's own error")
-	if err := w.await(t.Context(), func(context.Context) error { return errWork }, nil); !errors.Is(err, errWork) {
+	if err := w.Await(t.Context(), func(context.Context) error { return errWork }, nil); !errors.Is(err, errWork) {
 		t.Fatalf("completed call: %v, want the work's error", err)
 	}
 
@@ -29,7 +29,7 @@ func TestAwaitReturnsWhenItsContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	returned := make(chan error, 1)
 	go func() {
-		returned <- w.await(ctx, func(ctx context.Context) error {
+		returned <- w.Await(ctx, func(ctx context.Context) error {
 			close(started)
 			<-release
 			if ctx.Err() != nil {
@@ -58,7 +58,7 @@ func TestAwaitReturnsWhenItsContextEnds(t *testing.T) {
 	done, cancelDone := context.WithCancel(t.Context())
 	cancelDone()
 	ran := false
-	if err := w.await(done, func(context.Context) error { ran = true; return nil }, nil); !errors.Is(err, context.Canceled) || ran {
+	if err := w.Await(done, func(context.Context) error { ran = true; return nil }, nil); !errors.Is(err, context.Canceled) || ran {
 		t.Fatalf("call under an ended context: err %v, ran %v; want context.Canceled and nothing run", err, ran)
 	}
 }
