@@ -121,11 +121,15 @@ func sequential(b *strings.Builder, run results.Run, title string) {
 	}
 	t.write(b)
 	fmt.Fprintf(b, "Then, in the same case, up to %s operations more (at most %v) without the PINGs, metered: what each "+
-		"acquire+release costs.\n\n", count(run.Sizes.SeqOps), run.Sizes.SeqWindow)
-	ct := newTable("library", "ops", "client CPU µs/op", "allocs/op", "bytes/op", "server CPU µs/op", "server calls/op",
-		"round trips/op")
+		"acquire+release costs. Client thread sleeps: how often the client process's threads gave up their CPU (getrusage's "+
+		"voluntary context switches): a round trip costs about one, and a hand-off between goroutines while a CPU is idle "+
+		"adds more, as Go's scheduler then wakes an idle thread for the goroutine it made ready.\n\n",
+		count(run.Sizes.SeqOps), run.Sizes.SeqWindow)
+	ct := newTable("library", "ops", "client CPU µs/op", "client thread sleeps/op", "allocs/op", "bytes/op", "server CPU µs/op",
+		"server calls/op", "round trips/op")
 	for _, s := range run.Sequential {
-		ct.add(s.Lib, count(s.CostOps), num(s.Cost.ClientCPUUs, 1), num(s.Cost.Allocs, 1), num(s.Cost.AllocBytes, 0),
+		ct.add(s.Lib, count(s.CostOps), num(s.Cost.ClientCPUUs, 1), num(s.Cost.ThreadSleeps, 1), num(s.Cost.Allocs, 1),
+			num(s.Cost.AllocBytes, 0),
 			num(s.Cost.ServerCPUUs, 1), num(s.Cost.ServerCalls, 1), num(s.Cost.RoundTrips, 2))
 	}
 	ct.write(b)

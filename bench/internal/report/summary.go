@@ -42,6 +42,7 @@ func summaryRows() []summaryRow {
 		return func(s results.Sequential) float64 { return f(s.Cost) }, func(r results.ThroughputRound) float64 { return f(r.Cost) }
 	}
 	clientSeq, clientTP := cost(func(c results.Cost) float64 { return c.ClientCPUUs })
+	sleepsSeq, sleepsTP := cost(func(c results.Cost) float64 { return c.ThreadSleeps })
 	allocsSeq, allocsTP := cost(func(c results.Cost) float64 { return c.Allocs })
 	bytesSeq, bytesTP := cost(func(c results.Cost) float64 { return c.AllocBytes })
 	serverSeq, serverTP := cost(func(c results.Cost) float64 { return c.ServerCPUUs })
@@ -49,6 +50,7 @@ func summaryRows() []summaryRow {
 		{"p50 µs", 1, func(s results.Sequential) float64 { return s.Op.P50us }, nil},
 		{"ops/s", 0, nil, func(r results.ThroughputRound) float64 { return r.OpsPerSec }},
 		{"client CPU µs/op", 1, clientSeq, clientTP},
+		{"client thread sleeps/op", 1, sleepsSeq, sleepsTP},
 		{"allocs/op", 1, allocsSeq, allocsTP},
 		{"bytes/op", 0, bytesSeq, bytesTP},
 		{"server CPU µs/op", 1, serverSeq, serverTP},

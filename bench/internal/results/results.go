@@ -128,6 +128,7 @@ type Command struct {
 // with its release, or a SET with its DEL).
 type Cost struct {
 	ClientCPUUs    float64   `json:"client_cpu_us"`   // getrusage, whole client process
+	ThreadSleeps   float64   `json:"thread_sleeps"`   // getrusage ru_nvcsw, whole client process
 	Allocs         float64   `json:"allocs"`          // runtime.MemStats Mallocs, whole client process
 	AllocBytes     float64   `json:"alloc_bytes"`     // runtime.MemStats TotalAlloc, whole client process
 	ServerCPUUs    float64   `json:"server_cpu_us"`   // INFO used_cpu_sys+used_cpu_user

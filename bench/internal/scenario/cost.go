@@ -21,6 +21,7 @@ type meter struct {
 	counter *measure.Counter
 	stats   redisproc.Stats
 	cpu     time.Duration
+	sleeps  int64
 	allocs  measure.Allocs
 	counts  measure.Counts
 }
@@ -31,7 +32,7 @@ func startMeter(ctx context.Context, env *Env, counter *measure.Counter) (*meter
 	var err error
 	m.stats, err = env.Stats(ctx)
 	m.allocs = measure.ReadAllocs()
-	m.cpu, m.counts = measure.ProcessCPU(), counter.Read()
+	m.cpu, m.sleeps, m.counts = measure.ProcessCPU(), measure.ThreadSleeps(), counter.Read()
 	return m, err
 }
 
@@ -39,19 +40,20 @@ func startMeter(ctx context.Context, env *Env, counter *measure.Counter) (*meter
 type usage struct {
 	stats     redisproc.Stats // delta, without the harness's own commands
 	clientCPU time.Duration
+	sleeps    int64 // the client process's threads', voluntary
 	allocs    measure.Allocs
 	counts    measure.Counts
 }
 
 // stop takes the readings at the end of the window.
 func (m *meter) stop(ctx context.Context) (usage, error) {
-	cpu, counts := measure.ProcessCPU(), m.counter.Read()
+	cpu, sleeps, counts := measure.ProcessCPU(), measure.ThreadSleeps(), m.counter.Read()
 	allocs := measure.ReadAllocs()
 	st, err := m.env.Stats(ctx)
 	if err != nil {
 		return usage{}, err
 	}
-	return usage{stats: st.Sub(m.stats, adminCommands...), clientCPU: cpu - m.cpu,
+	return usage{stats: st.Sub(m.stats, adminCommands...), clientCPU: cpu - m.cpu, sleeps: sleeps - m.sleeps,
 		allocs: allocs.Sub(m.allocs), counts: counts.Sub(m.counts)}, nil
 }
 
@@ -60,6 +62,7 @@ func (u usage) perOp(ops int64) results.Cost {
 	n := float64(max(ops, 1))
 	return results.Cost{
 		ClientCPUUs:    measure.Micros(u.clientCPU) / n,
+		ThreadSleeps:   float64(u.sleeps) / n,
 		Allocs:         float64(u.allocs.Count) / n,
 		AllocBytes:     float64(u.allocs.Bytes) / n,
 		ServerCPUUs:    u.stats.CPUSeconds * 1e6 / n,
