@@ -55,12 +55,18 @@ func newQuorumLocker(t testing.TB, addrs []string, clientOpts []func(*redis.Opti
 }
 
 // failFast makes a client give up on a dead or silent master quickly, so a
-// test's faults cost it seconds, not the go-redis defaults.
+// test's faults cost it seconds, not the go-redis defaults. That includes
+// go-redis's dial retries (5 tries, 100ms apart, by default): with them, a
+// request to a killed master lasted until guard's per-master deadline
+// until the pool had counted PoolSize failed dials, and each split vote
+// between the live masters waited for it (TestQuorumMinorityDown once ran
+// only 9 times in 1.5s, where it runs about 300).
 func failFast(o *redis.Options) {
 	o.DialTimeout = 300 * time.Millisecond
 	o.ReadTimeout = 500 * time.Millisecond
 	o.WriteTimeout = 500 * time.Millisecond
 	o.MaxRetries = -1
+	o.DialerRetries = 1
 }
 
 // fenceOn reads key's fencing counter on one master (0 when missing).
