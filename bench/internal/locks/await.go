@@ -2,52 +2,76 @@ package locks
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
+	"time"
 
+	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
 )
 
+// ErrStopped is returned by Workers.Await after Workers.Stop.
+var ErrStopped = errors.New("locks: workers stopped")
+
 // redislockAwait is redislock made to return when its caller's context
-// ends, as guard's calls do, in the least costly way that works with
-// go-redis (which does not interrupt a read when a context is canceled):
-// each Obtain and each Release runs on another goroutine, detached from the
-// context's cancellation, while the caller waits for it or for the context.
-// An abandoned call runs on and its lock is released or expires. It is not
-// a library anyone ships: beside redislock it measures what that promise
-// costs a lock that does nothing else.
+// ends, as guard's calls do, at the least cost that works with go-redis
+// (which does not interrupt a read when a context is canceled): each try
+// of Obtain and each Release runs on another goroutine, detached from the
+// context's cancellation, while the caller waits for it or for the
+// context. A busy key is retried by the caller, which stops retrying when
+// its context ends. An abandoned Obtain that took the key releases it. It is
+// not a library anyone ships: beside redislock it measures what that
+// promise costs a lock that does nothing else.
 type redislockAwait struct {
 	r       *redislockLib
+	try     *redislock.Options // one try per Await: the caller retries
 	workers Workers
 }
 
 func newRedislockAwait(client *redis.Client, cfg Config) *redislockAwait {
-	return &redislockAwait{r: newRedislock(client, cfg)}
+	return &redislockAwait{r: newRedislock(client, cfg), try: &redislock.Options{RetryStrategy: redislock.NoRetry()}}
 }
 
 func (a *redislockAwait) Lock(ctx context.Context, key string) (Lease, error) {
-	var lease Lease
-	err := a.workers.Await(ctx, func(ctx context.Context) error {
-		l, err := a.r.Lock(ctx, key)
-		lease = l
-		return err
-	}, func() {
-		if lease != nil { // obtained after its caller gave up
-			_ = lease.Unlock(context.Background())
+	for {
+		var lock *redislock.Lock
+		err := a.workers.Await(ctx, func(ctx context.Context) error {
+			l, err := a.r.c.Obtain(ctx, key, a.r.cfg.TTL, a.try)
+			lock = l
+			return err
+		}, func() {
+			if lock != nil { // obtained after its caller gave up
+				_ = lock.Release(context.Background())
+			}
+		})
+		switch {
+		case err == nil:
+			lease := &redislockLease{lock: lock}
+			lease.renew = startRenewer(a.r.cfg.RenewEvery, func(ctx context.Context) error {
+				return lock.Refresh(ctx, a.r.cfg.TTL, nil)
+			})
+			return &awaitLease{l: lease, workers: &a.workers}, nil
+		case !errors.Is(err, redislock.ErrNotObtained) || a.r.cfg.RetryDelay <= 0:
+			return nil, err
 		}
-	})
-	if err != nil {
-		return nil, err
+		t := time.NewTimer(a.r.cfg.RetryDelay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, context.Cause(ctx)
+		}
 	}
-	return &awaitLease{l: lease, workers: &a.workers}, nil
 }
 
 func (a *redislockAwait) Close() error {
 	a.workers.Stop()
-	return nil
+	return a.r.Close()
 }
 
 type awaitLease struct {
-	l       Lease
+	l       *redislockLease
 	workers *Workers
 }
 
@@ -63,75 +87,79 @@ func (l *awaitLease) Lost() bool { return l.l.Lost() }
 // zero value is ready to use.
 type Workers struct {
 	mu      sync.Mutex
-	work    chan func() // unbuffered: a send succeeds only to an idle worker
+	work    chan *awaitCall // unbuffered: a send succeeds only to an idle worker
 	stopped bool
 	wg      sync.WaitGroup
 }
 
-// Await runs fn on a worker, detached from ctx's cancellation, and returns
-// its error, or ctx's when ctx ends first; then abandoned, if not nil, runs
-// after fn on the worker. After Stop it runs nothing and returns
-// context.Canceled.
-func (w *Workers) Await(ctx context.Context, fn func(context.Context) error, abandoned func()) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	var (
-		mu        sync.Mutex
-		gaveUp    bool
-		result    error
-		completed = make(chan struct{})
-	)
-	call := func() {
-		err := fn(context.WithoutCancel(ctx))
-		mu.Lock()
-		result = err
-		left := gaveUp
-		close(completed)
-		mu.Unlock()
-		if left && abandoned != nil {
-			abandoned()
-		}
-	}
-	if !w.start(call) {
-		return context.Canceled
-	}
-	select {
-	case <-completed:
-		return result
-	case <-ctx.Done():
-		mu.Lock()
-		select {
-		case <-completed:
-			mu.Unlock()
-			return result
-		default:
-		}
-		gaveUp = true
-		mu.Unlock()
-		return ctx.Err()
+// awaitCall is one call handed to a worker, with its result and who owns
+// it, in one allocation beside its channel and context.
+type awaitCall struct {
+	fn        func(context.Context) error
+	abandoned func()
+	ctx       context.Context // detached from the caller's cancellation
+	err       error
+	claimed   atomic.Bool   // whoever sets it first owns the result
+	done      chan struct{} // closed once err is set
+}
+
+func (c *awaitCall) run() {
+	err := c.fn(c.ctx)
+	if c.claimed.CompareAndSwap(false, true) {
+		c.err = err
+		close(c.done)
+	} else if c.abandoned != nil {
+		c.abandoned()
 	}
 }
 
-func (w *Workers) start(call func()) bool {
+// Await runs fn and returns its error, or the cause of ctx's end when ctx
+// ends first; then abandoned, if not nil, runs after fn on the worker. A
+// ctx that cannot end runs fn on the caller's goroutine: there is nothing
+// to return early for. fn runs detached from ctx's cancellation. After
+// Stop, Await runs nothing and returns ErrStopped.
+func (w *Workers) Await(ctx context.Context, fn func(context.Context) error, abandoned func()) error {
+	if ctx.Done() == nil {
+		return fn(ctx)
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	c := &awaitCall{fn: fn, abandoned: abandoned, ctx: context.WithoutCancel(ctx), done: make(chan struct{})}
+	if !w.start(c) {
+		return ErrStopped
+	}
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		if c.claimed.CompareAndSwap(false, true) {
+			return context.Cause(ctx)
+		}
+		<-c.done // the call claimed its result first: take it
+		return c.err
+	}
+}
+
+func (w *Workers) start(c *awaitCall) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
 		return false
 	}
 	if w.work == nil {
-		w.work = make(chan func())
+		w.work = make(chan *awaitCall)
 	}
 	select {
-	case w.work <- call:
+	case w.work <- c:
 		return true
 	default:
 	}
 	work := w.work
 	w.wg.Go(func() {
-		call()
-		for call := range work {
-			call()
+		c.run()
+		for c := range work {
+			c.run()
 		}
 	})
 	return true

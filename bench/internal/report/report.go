@@ -122,13 +122,13 @@ func sequential(b *strings.Builder, run results.Run, title string) {
 	t.write(b)
 	fmt.Fprintf(b, "Then, in the same case, up to %s operations more (at most %v) without the PINGs, metered: what each "+
 		"acquire+release costs. Client thread sleeps: how often the client process's threads gave up their CPU (getrusage's "+
-		"voluntary context switches): a round trip costs about one, and a hand-off between goroutines while a CPU is idle "+
+		"voluntary context switches): a round trip costs one or two, and a hand-off between goroutines while a CPU is idle "+
 		"adds more, as Go's scheduler then wakes an idle thread for the goroutine it made ready.\n\n",
 		count(run.Sizes.SeqOps), run.Sizes.SeqWindow)
 	ct := newTable("library", "ops", "client CPU µs/op", "client thread sleeps/op", "allocs/op", "bytes/op", "server CPU µs/op",
 		"server calls/op", "round trips/op")
 	for _, s := range run.Sequential {
-		ct.add(s.Lib, count(s.CostOps), num(s.Cost.ClientCPUUs, 1), num(s.Cost.ThreadSleeps, 1), num(s.Cost.Allocs, 1),
+		ct.add(s.Lib, count(s.CostOps), num(s.Cost.ClientCPUUs, 1), num(s.Cost.ThreadSleeps, 2), num(s.Cost.Allocs, 1),
 			num(s.Cost.AllocBytes, 0),
 			num(s.Cost.ServerCPUUs, 1), num(s.Cost.ServerCalls, 1), num(s.Cost.RoundTrips, 2))
 	}
@@ -142,15 +142,16 @@ func throughput(b *strings.Builder, run results.Run, title, chart string) {
 	fmt.Fprintf(b, "%s\n\n"+
 		"Each goroutine acquires and releases a key of its own as fast as it can, for up to %v. The ceiling: as many "+
 		"goroutines doing SET then DEL. Each library runs %d rounds, each on a fresh server, alternating with the others "+
-		"(SET+DEL, guard, redsync, redislock, raw, SET+DEL, …): the figures are the median round's (by ops/s), and "+
+		"(SET+DEL, guard, guard-nocancel, redsync, redislock, redislock-await, raw, SET+DEL, …): the figures are the median round's (by ops/s), and "+
 		"\"vs SET+DEL\" is the median of each round's ratio to the SET+DEL round of the same turn. CPU and allocations "+
 		"are per operation (acquire+release), over the round's window.\n\n",
 		title, run.Sizes.TPWindow, run.Sizes.TPRounds)
 	if chart != "" {
 		fmt.Fprintf(b, "![server CPU, client CPU and throughput per library](%s)\n\n", chart)
 	}
-	t := newTable("library", "ops/s", "vs SET+DEL", "each round: ops/s (vs SET+DEL)", "client CPU µs/op", "allocs/op",
-		"bytes/op", "server CPU µs/op", "server calls/op", "client commands/op", "round trips/op", "errors")
+	t := newTable("library", "ops/s", "vs SET+DEL", "each round: ops/s (vs SET+DEL)", "client CPU µs/op",
+		"client thread sleeps/op", "allocs/op", "bytes/op", "server CPU µs/op", "server calls/op", "client commands/op",
+		"round trips/op", "errors")
 	for _, tp := range append([]results.Throughput{c}, run.Throughput...) {
 		var each []string
 		var errs int64
@@ -159,7 +160,7 @@ func throughput(b *strings.Builder, run results.Run, title, chart string) {
 			errs += r.Errors
 		}
 		t.add(tp.Lib, num(tp.OpsPerSec, 0), ratio(tp.RatioToCeiling), strings.Join(each, ", "),
-			num(tp.Cost.ClientCPUUs, 1), num(tp.Cost.Allocs, 1), num(tp.Cost.AllocBytes, 0), num(tp.Cost.ServerCPUUs, 1),
+			num(tp.Cost.ClientCPUUs, 1), num(tp.Cost.ThreadSleeps, 2), num(tp.Cost.Allocs, 1), num(tp.Cost.AllocBytes, 0), num(tp.Cost.ServerCPUUs, 1),
 			num(tp.Cost.ServerCalls, 1), num(tp.Cost.ClientCommands, 2), num(tp.Cost.RoundTrips, 2), count(errs))
 	}
 	t.write(b)

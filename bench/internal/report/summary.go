@@ -50,7 +50,7 @@ func summaryRows() []summaryRow {
 		{"p50 µs", 1, func(s results.Sequential) float64 { return s.Op.P50us }, nil},
 		{"ops/s", 0, nil, func(r results.ThroughputRound) float64 { return r.OpsPerSec }},
 		{"client CPU µs/op", 1, clientSeq, clientTP},
-		{"client thread sleeps/op", 1, sleepsSeq, sleepsTP},
+		{"client thread sleeps/op", 2, sleepsSeq, sleepsTP},
 		{"allocs/op", 1, allocsSeq, allocsTP},
 		{"bytes/op", 0, bytesSeq, bytesTP},
 		{"server CPU µs/op", 1, serverSeq, serverTP},

@@ -50,7 +50,7 @@ func checkOutputs(t *testing.T, run results.Run) {
 	back.Pinned = &pinned
 	md := report.Markdown(back, "make bench")
 	for _, want := range []string{"## 1. PING floor", "## 5.", "## 6. Pinned", "### 6.3 Throughput", "| guard |", "| redsync |",
-		"| redislock |", "| raw |", "| sequential, allocs/op |", "| pinned: sequential guard |", report.HandoffPNG} {
+		"| redislock |", "| raw |", "| sequential, allocs/op |", "| sequential, client thread sleeps/op |", "| redislock-await |", "| pinned: sequential guard |", report.HandoffPNG} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}
