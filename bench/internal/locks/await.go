@@ -15,7 +15,7 @@ import (
 var ErrStopped = errors.New("locks: workers stopped")
 
 // redislockAwait is redislock made to return when its caller's context
-// ends, as guard's calls do, at the least cost that works with go-redis
+// ends, as guard's calls do, in a plain way that works with go-redis
 // (which does not interrupt a read when a context is canceled): each try
 // of Obtain and each Release runs on another goroutine, detached from the
 // context's cancellation, while the caller waits for it or for the

@@ -67,8 +67,8 @@ func header(b *strings.Builder, run results.Run, makeCmd string) {
 		"is done (go-redis does not interrupt a read); a release's update goes to the hold's sender goroutine in both. "+
 		"The difference between the two is what that promise costs guard; "+
 		"the other libraries make no such promise (a canceled call of theirs waits for its read). redislock-await is redislock "+
-		"made to keep it in the least costly way: each Obtain and Release runs on a worker goroutine while the caller waits "+
-		"for it or for its context; beside redislock it is what the promise costs a lock that does nothing else.\n\n", s.PoolSize, s.TTL, s.RetryDelay, s.RetryDelay, s.RetryDelay, s.RetryDelay)
+		"made to keep it in a plain way: each try of Obtain and each Release runs on a worker goroutine while the caller "+
+		"waits for it or for its context; beside redislock it shows what the promise costs a lock that does nothing else.\n\n", s.PoolSize, s.TTL, s.RetryDelay, s.RetryDelay, s.RetryDelay, s.RetryDelay)
 	fmt.Fprintf(b, "Sections 1–5 are measured as users run a service: %s, GOMAXPROCS %d, loopback, %s. ",
 		pinnedOrNot(m), m.GOMAXPROCS, m.OpContext)
 	if m.ClientCPU < 0 && m.GOMAXPROCS < m.CPUs {
