@@ -7,10 +7,11 @@
 //   - redislock: a bare bsm/redislock Obtain and Release around it, keyed
 //     as asynqguard keys a task by default (its type and a hash of its
 //     payload), a busy key failing the task so that asynq retries it;
-//   - redislock-await: the same, each Obtain and Release run on a worker
-//     goroutine that the task waits on with its context, as a lock that
-//     returns when its context ends must: what that promise costs a bare
-//     lock;
+//   - redislock-await: the same, with Obtain run on a worker goroutine
+//     that the task waits on with its context, as a lock that returns when
+//     its context ends must: what that promise costs a bare lock. Its
+//     Release, under a context that cannot end, runs on the task's
+//     goroutine;
 //   - asynqguard: asynqguard.Middleware(locker) with its defaults;
 //   - asynqguard-nocancel: the same under task contexts that cannot end.
 //
@@ -281,8 +282,9 @@ func redislockMiddleware(rl *redislock.Client, next asynq.Handler) asynq.Handler
 	})
 }
 
-// redislockAwaitMiddleware is redislockMiddleware with Obtain and Release
-// run by workers, so that the task returns when its context ends.
+// redislockAwaitMiddleware is redislockMiddleware with Obtain run by
+// workers, so that the task returns when its context ends; Release, under
+// a context that cannot end, runs on the task's goroutine.
 func redislockAwaitMiddleware(rl *redislock.Client, workers *locks.Workers, next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		sum := sha256.Sum256(t.Payload())

@@ -6,10 +6,11 @@
 //   - none: the handler alone;
 //   - redislock: a bare bsm/redislock Obtain and Release around it, keyed
 //     by the Idempotency-Key (no fingerprint, no stored response);
-//   - redislock-await: the same, each Obtain and Release run on a worker
-//     goroutine that the handler waits on with the request's context, as
-//     a lock that returns when its context ends must (go-redis does not
-//     interrupt a read): what that promise costs a bare lock;
+//   - redislock-await: the same, with Obtain run on a worker goroutine that
+//     the handler waits on with the request's context, as a lock that
+//     returns when its context ends must (go-redis does not interrupt a
+//     read): what that promise costs a bare lock. Its Release, under a
+//     context that cannot end, runs on the handler's goroutine;
 //   - httpguard: httpguard.Middleware(locker, httpguard.SharedKeys()).
 //
 // It prints requests/s per round and the ratios of each round, and the
@@ -279,8 +280,9 @@ func redislockMiddleware(c *redislock.Client, next http.Handler) http.Handler {
 	})
 }
 
-// redislockAwaitMiddleware is redislockMiddleware with Obtain and Release
-// run by workers, so that the request returns when its context ends.
+// redislockAwaitMiddleware is redislockMiddleware with Obtain run by
+// workers, so that the request returns when its context ends; Release,
+// under a context that cannot end, runs on the handler's goroutine.
 func redislockAwaitMiddleware(c *redislock.Client, workers *locks.Workers, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := "idem:" + r.Header.Get("Idempotency-Key")
