@@ -100,8 +100,12 @@ func run() error {
 	defer workers.Stop()
 	variants := []variant{
 		{name: "asynq"},
-		{name: "redislock", wrap: func(next asynq.Handler) asynq.Handler { return redislockMiddleware(rl, next) }},
-		{name: "redislock-await", wrap: func(next asynq.Handler) asynq.Handler { return redislockAwaitMiddleware(rl, workers, next) }},
+		{name: "redislock", wrap: func(next asynq.Handler) asynq.Handler {
+			return redislockMiddleware(locks.BareObtain(rl, 30*time.Second), next)
+		}},
+		{name: "redislock-await", wrap: func(next asynq.Handler) asynq.Handler {
+			return redislockMiddleware(workers.ObtainFunc(rl, 30*time.Second), next)
+		}},
 		{name: "asynqguard", wrap: asynqguard.Middleware(l)},
 		// What the promise to return the moment a task's context ends
 		// costs: under a context that cannot end, guard sends each request
@@ -269,40 +273,18 @@ func drain(ctx context.Context, addr string, admin *redis.Client, enqueue *asynq
 
 // redislockMiddleware runs next holding a redislock lock on the task's
 // key (asynqguard's default key: its type and a hash of its payload),
-// obtained once; a busy key fails the task, which asynq then retries.
-func redislockMiddleware(rl *redislock.Client, next asynq.Handler) asynq.Handler {
+// taken once with obtain (a bare Obtain, or one run by workers so that the
+// task returns when its context ends); a busy key fails the task, which
+// asynq then retries. The release runs under a context that cannot end,
+// so on the task's goroutine either way.
+func redislockMiddleware(obtain locks.ObtainFunc, next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		sum := sha256.Sum256(t.Payload())
-		lock, err := rl.Obtain(ctx, t.Type()+":"+hex.EncodeToString(sum[:]), 30*time.Second, nil)
+		lock, err := obtain(ctx, t.Type()+":"+hex.EncodeToString(sum[:]))
 		if err != nil {
 			return err
 		}
 		defer func() { _ = lock.Release(context.WithoutCancel(ctx)) }()
-		return next.ProcessTask(ctx, t)
-	})
-}
-
-// redislockAwaitMiddleware is redislockMiddleware with Obtain run by
-// workers, so that the task returns when its context ends; Release, under
-// a context that cannot end, runs on the task's goroutine.
-func redislockAwaitMiddleware(rl *redislock.Client, workers *locks.Workers, next asynq.Handler) asynq.Handler {
-	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		sum := sha256.Sum256(t.Payload())
-		key := t.Type() + ":" + hex.EncodeToString(sum[:])
-		var lock *redislock.Lock
-		err := workers.Await(ctx, func(ctx context.Context) error {
-			l, err := rl.Obtain(ctx, key, 30*time.Second, nil)
-			lock = l
-			return err
-		}, func() {
-			if lock != nil { // obtained after the task gave up
-				_ = lock.Release(context.Background())
-			}
-		})
-		if err != nil {
-			return err
-		}
-		defer func() { _ = workers.Await(context.WithoutCancel(ctx), lock.Release, nil) }()
 		return next.ProcessTask(ctx, t)
 	})
 }

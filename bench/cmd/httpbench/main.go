@@ -231,8 +231,8 @@ func newService(addr string, poolSize, conc int) (*service, error) {
 	s.closers = append(s.closers, locker.Close)
 	s.variants = []variant{
 		{"none", noop, nil},
-		{"redislock", redislockMiddleware(redislock.New(lockClient), noop), lockTrips},
-		{"redislock-await", redislockAwaitMiddleware(redislock.New(awaitClient), workers, noop), awaitTrips},
+		{"redislock", redislockMiddleware(locks.BareObtain(redislock.New(lockClient), 30*time.Second), noop), lockTrips},
+		{"redislock-await", redislockMiddleware(workers.ObtainFunc(redislock.New(awaitClient), 30*time.Second), noop), awaitTrips},
 		{"httpguard", httpguard.Middleware(locker, httpguard.SharedKeys())(noop), guardTrips},
 	}
 	mux := http.NewServeMux()
@@ -261,12 +261,14 @@ func (s *service) close() {
 	}
 }
 
-// redislockMiddleware takes the request's Idempotency-Key with a bare
-// redislock Obtain, refusing a busy key with 409, and releases it after
-// the handler.
-func redislockMiddleware(c *redislock.Client, next http.Handler) http.Handler {
+// redislockMiddleware takes the request's Idempotency-Key with obtain (a
+// bare redislock Obtain, or one run by workers so that the request returns
+// when its context ends), refusing a busy key with 409, and releases it
+// after the handler (under a context that cannot end, so on the handler's
+// goroutine either way).
+func redislockMiddleware(obtain locks.ObtainFunc, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		lock, err := c.Obtain(r.Context(), "idem:"+r.Header.Get("Idempotency-Key"), 30*time.Second, nil)
+		lock, err := obtain(r.Context(), "idem:"+r.Header.Get("Idempotency-Key"))
 		switch {
 		case errors.Is(err, redislock.ErrNotObtained):
 			http.Error(w, "in flight", http.StatusConflict)
@@ -276,35 +278,6 @@ func redislockMiddleware(c *redislock.Client, next http.Handler) http.Handler {
 			return
 		}
 		defer func() { _ = lock.Release(context.WithoutCancel(r.Context())) }()
-		next.ServeHTTP(w, r)
-	})
-}
-
-// redislockAwaitMiddleware is redislockMiddleware with Obtain run by
-// workers, so that the request returns when its context ends; Release,
-// under a context that cannot end, runs on the handler's goroutine.
-func redislockAwaitMiddleware(c *redislock.Client, workers *locks.Workers, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := "idem:" + r.Header.Get("Idempotency-Key")
-		var lock *redislock.Lock
-		err := workers.Await(r.Context(), func(ctx context.Context) error {
-			l, err := c.Obtain(ctx, key, 30*time.Second, nil)
-			lock = l
-			return err
-		}, func() {
-			if lock != nil { // obtained after the request gave up
-				_ = lock.Release(context.Background())
-			}
-		})
-		switch {
-		case errors.Is(err, redislock.ErrNotObtained):
-			http.Error(w, "in flight", http.StatusConflict)
-			return
-		case err != nil:
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		defer func() { _ = workers.Await(context.WithoutCancel(r.Context()), lock.Release, nil) }()
 		next.ServeHTTP(w, r)
 	})
 }

@@ -35,16 +35,7 @@ func newRedislockAwait(client *redis.Client, cfg Config) *redislockAwait {
 
 func (a *redislockAwait) Lock(ctx context.Context, key string) (Lease, error) {
 	for {
-		var lock *redislock.Lock
-		err := a.workers.Await(ctx, func(ctx context.Context) error {
-			l, err := a.r.c.Obtain(ctx, key, a.r.cfg.TTL, a.try)
-			lock = l
-			return err
-		}, func() {
-			if lock != nil { // obtained after its caller gave up
-				_ = lock.Release(context.Background())
-			}
-		})
+		lock, err := a.workers.Obtain(ctx, a.r.c, key, a.r.cfg.TTL, a.try)
 		switch {
 		case err == nil:
 			lease := &redislockLease{lock: lock}
@@ -111,6 +102,39 @@ func (c *awaitCall) run() {
 	} else if c.abandoned != nil {
 		c.abandoned()
 	}
+}
+
+// ObtainFunc takes key in redislock, as the benchmarks' middlewares do.
+type ObtainFunc func(ctx context.Context, key string) (*redislock.Lock, error)
+
+// BareObtain is c.Obtain for ttl, without retries.
+func BareObtain(c *redislock.Client, ttl time.Duration) ObtainFunc {
+	return func(ctx context.Context, key string) (*redislock.Lock, error) { return c.Obtain(ctx, key, ttl, nil) }
+}
+
+// ObtainFunc is BareObtain run by w (Obtain): it returns when its
+// context ends.
+func (w *Workers) ObtainFunc(c *redislock.Client, ttl time.Duration) ObtainFunc {
+	return func(ctx context.Context, key string) (*redislock.Lock, error) { return w.Obtain(ctx, c, key, ttl, nil) }
+}
+
+// Obtain is c.Obtain run by Await: it returns when ctx ends, and a lock
+// obtained after that is released.
+func (w *Workers) Obtain(ctx context.Context, c *redislock.Client, key string, ttl time.Duration, opt *redislock.Options) (*redislock.Lock, error) {
+	var lock *redislock.Lock
+	err := w.Await(ctx, func(ctx context.Context) error {
+		l, err := c.Obtain(ctx, key, ttl, opt)
+		lock = l
+		return err
+	}, func() {
+		if lock != nil { // obtained after its caller gave up
+			_ = lock.Release(context.Background())
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return lock, nil
 }
 
 // Await runs fn and returns its error, or the cause of ctx's end when ctx
